@@ -1,0 +1,65 @@
+"""The packaged catalog: systems, models, workload profiles and calibration files.
+
+Everything is read from YAML/JSON data inside the package once and cached.
+"""
+
+import functools
+import json
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from compiler.catalog.system import System
+from compiler.catalog.workload import Profile
+from schemas import ModelV1
+
+_DATA = resources.files("compiler.catalog") / "data"
+_CALIBRATION = resources.files("compiler.catalog") / "calibration"
+
+
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(sorted(Path(str(p)).stem for p in (_DATA / kind).iterdir()
+                        if str(p).endswith(".yaml")))
+
+
+def system_names() -> tuple[str, ...]:
+    return _names("systems")
+
+
+def model_names() -> tuple[str, ...]:
+    return _names("models")
+
+
+def workload_names() -> tuple[str, ...]:
+    return _names("workloads")
+
+
+@functools.cache
+def system(name: str) -> System:
+    return System.model_validate(yaml.safe_load((_DATA / "systems" / f"{name}.yaml").read_text()))
+
+
+@functools.cache
+def model(name: str) -> ModelV1:
+    return ModelV1.model_validate(yaml.safe_load((_DATA / "models" / f"{name}.yaml").read_text()))
+
+
+def model_text(name: str) -> str:
+    return (_DATA / "models" / f"{name}.yaml").read_text()
+
+
+@functools.cache
+def workload(name: str) -> Profile:
+    return Profile.model_validate(yaml.safe_load((_DATA / "workloads" / f"{name}.yaml").read_text()))
+
+
+def calibration_path(system_name: str, suffix: str = "json") -> Path:
+    return Path(str(_CALIBRATION / f"{system_name}.{suffix}"))
+
+
+@functools.cache
+def calibration(system_name: str) -> dict | None:
+    """The fitted calibration of a system, or None when it only scales from datasheets."""
+    path = calibration_path(system_name)
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,539 @@
+"""Measure the cost of the operators rackc's perf model is built from, on the local GPU.
+
+Why: the perf model answers ``rackc perf ops`` queries (GEMM, MoE grouped GEMM, decode and
+prefill attention, device copies) by interpolating inside a grid measured on real silicon,
+as AIConfigurator does, and falls back to "utilisation = speed-of-light / measured" outside
+it. This script produces that grid for one GPU, as raw JSON that the catalog's calibration
+loader reads. It needs only PyTorch and the standard library, so it runs unchanged on a bare
+GPU machine.
+
+What: every grid point is one query in exactly the ``rackc perf ops`` form plus ``us`` (median
+microseconds per call), ``us_p10``, ``us_p90``, ``reps`` (timed samples) and ``impl`` (the
+kernel path that ran). Shapes come from DeepSeek-V3, Qwen3-235B, Llama-3.1-70B, gpt-oss-120b
+and GLM-4.5 (REFERENCE-DATA.md section B): the dense projections and LM head, the routed
+experts' gate+up and down GEMMs at 8..256 local experts, GQA / MHA / MLA-latent decode
+attention, causal prefill attention, and copies of 1 MiB to 8 GiB.
+
+How:
+* Inputs are random (zeros run measurably faster), generated on the GPU from a fixed seed.
+* A point whose inputs and outputs are small is given several input sets whose total passes
+  ``ROTATE_BYTES`` (about four times the 60 MB L2), and each call uses the next set, so
+  weights are read from HBM as they are in serving.
+* After a warm-up pass, one pass over all sets is captured in a CUDA graph and each replay
+  is timed with CUDA events; a sample is a replay's time over the calls in it. Graph replay
+  removes host launch gaps, as serving engines' decode graphs do. Capture that fails falls
+  back to event-timed eager passes, and ``impl`` then ends in ``+eager``.
+* fp8 means e4m3 operands with row-wise float32 scales and a bf16 output
+  (``torch._scaled_mm`` / ``torch._scaled_grouped_mm`` with fast accumulation).
+* Grouped GEMM uses ``torch._grouped_mm`` / ``torch._scaled_grouped_mm`` on one [E*T, K]
+  activation and [E, N, K] weights with equal tokens per expert.
+* Decode attention packs the H/G query heads that share a KV head into the query-length axis
+  (one SDPA call over [B, G, H/G, D] against [B, G, L, D]), as FlashInfer and FlashMLA do; with
+  one KV head the cache is MLA's shared latent, so V is the same tensor as K.
+* A point that does not fit in memory or raises is skipped and logged to stderr.
+
+Run from the repository root on the target machine (about five minutes on an H200)::
+
+    PYTHONUNBUFFERED=1 python3 -m compiler.perf.measure -o $OUT/hgx-h200.raw.json
+
+``--dry-run`` lists the grid without a GPU. The committed result for HGX H200 is
+``compiler/catalog/calibration/hgx-h200.raw.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SCHEMA = "rackc.calibration.raw/v1"
+
+# ---------------------------------------------------------------------------------------
+# Grid. Every tuple is iterated in the order written, so the output order is deterministic.
+
+GEMM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+GEMM_NK = (
+    (2112, 7168),  # DeepSeek-V3 fused q_a + kv_a projection (1536 + 512 + 64)
+    (24576, 1536),  # DeepSeek-V3 q_b (128 heads x 192)
+    (32768, 512),  # DeepSeek-V3 kv_b (128 heads x (128 + 128))
+    (7168, 16384),  # DeepSeek-V3 o_proj
+    (4096, 7168),  # DeepSeek-V3 shared expert gate+up (2 x 2048)
+    (7168, 2048),  # DeepSeek-V3 shared expert down
+    (129280, 7168),  # DeepSeek-V3 LM head
+    (10240, 8192),  # Llama-3.1-70B qkv ((64 + 2 x 8) heads x 128)
+    (57344, 8192),  # Llama-3.1-70B gate+up (2 x 28672)
+    (8192, 28672),  # Llama-3.1-70B down
+    (9216, 4096),  # Qwen3-235B qkv ((64 + 2 x 4) heads x 128)
+    (5120, 2880),  # gpt-oss-120b qkv ((64 + 2 x 8) heads x 64)
+    (14336, 5120),  # GLM-4.5 qkv ((96 + 2 x 8) heads x 128)
+)
+GROUPED_KN = (
+    (7168, 4096),  # DeepSeek-V3 routed expert gate+up (2 x 2048)
+    (2048, 7168),  # DeepSeek-V3 routed expert down
+    (4096, 3072),  # Qwen3-235B expert gate+up (2 x 1536)
+    (1536, 4096),  # Qwen3-235B expert down
+)
+GROUPED_EXPERTS = (8, 16, 32, 64, 128, 256)
+GROUPED_TOKENS_PER_EXPERT = (1, 4, 16, 64, 256, 1024, 4096)
+MAX_ROUTED_TOKENS = 131072  # experts x tokens_per_expert: a 16k-token prefill step, top-8
+ATTN_HEADS = (  # (q_heads, kv_heads, head_dim)
+    (64, 8, 128),  # Llama-3.1-70B
+    (64, 4, 128),  # Qwen3-235B
+    (32, 8, 128),  # Llama-3.1-8B
+    (32, 32, 128),  # MHA
+    (64, 8, 64),  # gpt-oss-120b
+)
+DECODE_MLA_HEADS = ((128, 1, 576), (16, 1, 576))  # DeepSeek-V3 latent (512 + 64), TP1 / TP8
+PREFILL_MLA_HEADS = ((128, 128, 192),)  # DeepSeek-V3 prefill, latent expanded (qk 128 + 64)
+DECODE_BATCH = (1, 4, 16, 64, 256)
+DECODE_KV_LEN = (512, 2048, 8192, 32768, 131072)
+MAX_KV_BYTES = 16 << 30  # one decode step's cache; bigger would not fit a serving GPU anyway
+PREFILL_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+PREFILL_NONCAUSAL_HEADS = ((64, 8, 128),)
+COPY_BYTES = tuple(1 << p for p in range(20, 34))  # 1 MiB .. 8 GiB, read + written
+
+# ---------------------------------------------------------------------------------------
+# Timing parameters.
+
+ROTATE_BYTES = 256 << 20  # about four times the H200's 60 MB L2
+MAX_SETS = 128
+TARGET_SECONDS = 0.04  # of timed replays per point
+MIN_REPS, MAX_REPS = 5, 50
+BIG_CASE_BYTES = 1 << 30  # release the allocator's cache after points this large
+
+BF16 = torch.bfloat16
+FP8 = torch.float8_e4m3fn
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+# Tried in this order; the first that accepts the shapes is used and recorded as impl.
+SDPA_PREFERENCE = (
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+)
+
+Query = dict[str, object]
+
+
+def gemm_grid() -> Iterator[Query]:
+    for dtype in ("bf16", "fp8"):
+        for n, k in GEMM_NK:
+            for m in GEMM_M:
+                yield {"op": "gemm", "dtype": dtype, "m": m, "n": n, "k": k}
+
+
+def grouped_gemm_grid() -> Iterator[Query]:
+    for dtype in ("bf16", "fp8"):
+        for k, n in GROUPED_KN:
+            for experts in GROUPED_EXPERTS:
+                for tokens in GROUPED_TOKENS_PER_EXPERT:
+                    if experts * tokens <= MAX_ROUTED_TOKENS:
+                        yield {"op": "grouped_gemm", "dtype": dtype, "experts": experts,
+                               "tokens_per_expert": tokens, "k": k, "n": n}
+
+
+def attn_decode_grid() -> Iterator[Query]:
+    for heads, kv_heads, head_dim in ATTN_HEADS + DECODE_MLA_HEADS:
+        for batch in DECODE_BATCH:
+            for kv_len in DECODE_KV_LEN:
+                query = {"op": "attn_decode", "dtype": "bf16", "batch": batch, "q_heads": heads,
+                         "kv_heads": kv_heads, "head_dim": head_dim, "kv_len": kv_len}
+                if kv_cache_bytes(query) <= MAX_KV_BYTES:
+                    yield query
+
+
+def attn_prefill_grid() -> Iterator[Query]:
+    causal = [(h, True) for h in ATTN_HEADS + PREFILL_MLA_HEADS]
+    noncausal = [(h, False) for h in PREFILL_NONCAUSAL_HEADS]
+    for (heads, kv_heads, head_dim), is_causal in causal + noncausal:
+        for seq_len in PREFILL_SEQ:
+            yield {"op": "attn_prefill", "dtype": "bf16", "seq_len": seq_len, "q_heads": heads,
+                   "kv_heads": kv_heads, "head_dim": head_dim, "causal": is_causal}
+
+
+def copy_grid() -> Iterator[Query]:
+    for n in COPY_BYTES:
+        yield {"op": "copy", "bytes": n}
+
+
+def build_grid() -> list[Query]:
+    return [*copy_grid(), *gemm_grid(), *grouped_gemm_grid(), *attn_decode_grid(),
+            *attn_prefill_grid()]
+
+
+# ---------------------------------------------------------------------------------------
+# Work counted per query: floating-point operations and the fewest bytes through HBM
+# (each input read once, each output written once). Used to size input rotation and to
+# report achieved TFLOP/s and TB/s.
+
+
+def kv_cache_bytes(q: Query) -> int:
+    tensors = 1 if q["kv_heads"] == 1 else 2  # one KV head: MLA latent, V is K
+    return tensors * q["batch"] * q["kv_heads"] * q["kv_len"] * q["head_dim"] * 2
+
+
+def flops(q: Query) -> float:
+    op = q["op"]
+    if op == "gemm":
+        return 2.0 * q["m"] * q["n"] * q["k"]
+    if op == "grouped_gemm":
+        return 2.0 * q["experts"] * q["tokens_per_expert"] * q["n"] * q["k"]
+    if op == "attn_decode":
+        return 4.0 * q["batch"] * q["q_heads"] * q["kv_len"] * q["head_dim"]
+    if op == "attn_prefill":
+        full = 4.0 * q["seq_len"] ** 2 * q["q_heads"] * q["head_dim"]
+        return full / 2 if q["causal"] else full
+    return 0.0
+
+
+def bytes_moved(q: Query) -> int:
+    op = q["op"]
+    if op == "copy":
+        return q["bytes"]
+    if op == "gemm":
+        width = DTYPE_BYTES[q["dtype"]]
+        return (q["m"] * q["k"] + q["n"] * q["k"]) * width + q["m"] * q["n"] * 2
+    if op == "grouped_gemm":
+        width = DTYPE_BYTES[q["dtype"]]
+        rows = q["experts"] * q["tokens_per_expert"]
+        weights = q["experts"] * q["n"] * q["k"]
+        return (rows * q["k"] + weights) * width + rows * q["n"] * 2
+    if op == "attn_decode":
+        return kv_cache_bytes(q) + 2 * q["batch"] * q["q_heads"] * q["head_dim"] * 2
+    heads = 2 * q["q_heads"] + 2 * q["kv_heads"]  # q and out, k and v
+    return heads * q["seq_len"] * q["head_dim"] * 2
+
+
+# ---------------------------------------------------------------------------------------
+# Builders: each makes one fresh set of random inputs on the GPU and returns
+# (impl, call), where call() runs the operator once on that set.
+
+Built = tuple[str, Callable[[], torch.Tensor]]
+
+
+def rand(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.randn(shape, device="cuda", dtype=BF16).to(dtype)
+
+
+def scales(*shape: int) -> torch.Tensor:
+    """Positive float32 dequantisation scales, as a quantised checkpoint would carry."""
+    return torch.rand(shape, device="cuda", dtype=torch.float32) + 0.5
+
+
+def build_copy(q: Query) -> Built:
+    src = torch.randint(0, 256, (q["bytes"] // 2,), device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    return "Tensor.copy_", lambda: dst.copy_(src)
+
+
+def build_gemm(q: Query) -> Built:
+    m, n, k = q["m"], q["n"], q["k"]
+    if q["dtype"] == "bf16":
+        x, w = rand(m, k), rand(n, k)
+        return "F.linear", lambda: F.linear(x, w)
+    x, w = rand(m, k, dtype=FP8), rand(n, k, dtype=FP8)
+    sx, sw = scales(m, 1), scales(1, n)
+    return "torch._scaled_mm rowwise fast_accum", lambda: torch._scaled_mm(
+        x, w.t(), sx, sw, out_dtype=BF16, use_fast_accum=True)
+
+
+def build_grouped_gemm(q: Query) -> Built:
+    experts, tokens, k, n = q["experts"], q["tokens_per_expert"], q["k"], q["n"]
+    rows = experts * tokens
+    offsets = torch.arange(tokens, rows + 1, tokens, device="cuda", dtype=torch.int32)
+    if q["dtype"] == "bf16":
+        x, w = rand(rows, k), rand(experts, n, k)
+        return "torch._grouped_mm", lambda: torch._grouped_mm(
+            x, w.transpose(-2, -1), offs=offsets)
+    x, w = rand(rows, k, dtype=FP8), rand(experts, n, k, dtype=FP8)
+    sx, sw = scales(rows), scales(experts, n)
+    return "torch._scaled_grouped_mm rowwise fast_accum", lambda: torch._scaled_grouped_mm(
+        x, w.transpose(-2, -1), sx, sw, offs=offsets, out_dtype=BF16, use_fast_accum=True)
+
+
+def pick_sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      **kwargs: bool) -> SDPBackend:
+    """First backend in SDPA_PREFERENCE that runs these inputs (SDPA raises if none fits)."""
+    for backend in SDPA_PREFERENCE:
+        try:
+            with warnings.catch_warnings(), sdpa_kernel(backend):
+                warnings.simplefilter("ignore")
+                F.scaled_dot_product_attention(q, k, v, **kwargs)
+            return backend
+        except RuntimeError:
+            continue
+    raise RuntimeError("no SDPA backend accepts these shapes")
+
+
+def sdpa(backend: SDPBackend, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+         **kwargs: bool) -> Built:
+    def call() -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    return f"sdpa:{backend.name.lower()}", call
+
+
+def build_attn_decode(q: Query) -> Built:
+    batch, heads, kv_heads = q["batch"], q["q_heads"], q["kv_heads"]
+    head_dim, kv_len = q["head_dim"], q["kv_len"]
+    query = rand(batch, kv_heads, heads // kv_heads, head_dim)  # GQA heads packed as rows
+    key = rand(batch, kv_heads, kv_len, head_dim)
+    value = key if kv_heads == 1 else rand(batch, kv_heads, kv_len, head_dim)
+    backend = pick_sdpa_backend(query, key, value)
+    impl, call = sdpa(backend, query, key, value)
+    return impl + " gqa-packed", call
+
+
+def build_attn_prefill(q: Query) -> Built:
+    seq, head_dim = q["seq_len"], q["head_dim"]
+    query = rand(1, q["q_heads"], seq, head_dim)
+    key = rand(1, q["kv_heads"], seq, head_dim)
+    value = rand(1, q["kv_heads"], seq, head_dim)
+    kwargs = {"is_causal": q["causal"], "enable_gqa": q["kv_heads"] != q["q_heads"]}
+    backend = pick_sdpa_backend(query, key, value, **kwargs)
+    return sdpa(backend, query, key, value, **kwargs)
+
+
+BUILDERS: dict[str, Callable[[Query], Built]] = {
+    "copy": build_copy,
+    "gemm": build_gemm,
+    "grouped_gemm": build_grouped_gemm,
+    "attn_decode": build_attn_decode,
+    "attn_prefill": build_attn_prefill,
+}
+
+# ---------------------------------------------------------------------------------------
+# Timing.
+
+
+def input_sets(q: Query) -> int:
+    """How many input sets to rotate through so one pass over them overflows the L2."""
+    return min(MAX_SETS, max(1, math.ceil(ROTATE_BYTES / max(1, bytes_moved(q)))))
+
+
+def timed_passes(run_pass: Callable[[], None], reps: int) -> list[float]:
+    """Seconds of each of `reps` passes, from CUDA events, with one synchronisation."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        run_pass()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+
+def warm_up(calls: list[Callable[[], torch.Tensor]]) -> None:
+    """One pass on a side stream, as graph capture requires (workspaces, handles, autotune)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+
+def capture(calls: list[Callable[[], torch.Tensor]]) -> torch.cuda.CUDAGraph:
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()  # the first replay uploads the graph
+    torch.cuda.synchronize()
+    return graph
+
+
+def measure_calls(calls: list[Callable[[], torch.Tensor]]) -> tuple[list[float], bool]:
+    """Per-call microsecond samples, and whether they came from graph replays."""
+
+    def eager_pass() -> None:
+        for call in calls:
+            call()
+
+    warm_up(calls)
+    pass_seconds = statistics.median(timed_passes(eager_pass, 2))
+    reps = min(MAX_REPS, max(MIN_REPS, round(TARGET_SECONDS / pass_seconds)))
+    try:
+        run_pass, graphed = capture(calls).replay, True
+    except RuntimeError as err:
+        log(f"  graph capture failed ({first_line(err)}); timing eager passes")
+        torch.cuda.synchronize()
+        run_pass, graphed = eager_pass, False
+    samples = timed_passes(run_pass, reps)
+    return [s * 1e6 / len(calls) for s in samples], graphed
+
+
+def measure(q: Query) -> dict[str, object]:
+    built = [BUILDERS[q["op"]](q) for _ in range(input_sets(q))]
+    impl = built[0][0]
+    samples, graphed = measure_calls([call for _, call in built])
+    deciles = statistics.quantiles(samples, n=10, method="inclusive")
+    return {**q, "impl": impl if graphed else impl + "+eager",
+            "us": round(statistics.median(samples), 3), "us_p10": round(deciles[0], 3),
+            "us_p90": round(deciles[-1], 3), "reps": len(samples)}
+
+
+# ---------------------------------------------------------------------------------------
+# Device description.
+
+
+def nvidia_smi(fields: str) -> list[str]:
+    """Values of `fields` for GPU 0 from nvidia-smi, or [] where it is missing or refuses."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [value.strip() for value in out.strip().split(",")]
+
+
+def describe_device() -> dict[str, object]:
+    props = torch.cuda.get_device_properties(0)
+    fields = ("driver_version", "clocks.max.sm", "clocks.max.memory", "power.limit")
+    smi = dict(zip(("driver", "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w"),
+                   nvidia_smi(",".join(fields))))
+    return {"gpu": props.name, "capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count, "total_memory_bytes": props.total_memory,
+            "l2_cache_bytes": getattr(props, "L2_cache_size", None),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), **smi,
+            "measured_on": datetime.date.today().isoformat()}
+
+
+# ---------------------------------------------------------------------------------------
+# Summary: the best achieved rates per operator family, checked against the ceilings
+# measured on this kind of machine (METHOD.md / KINDS.md) and the datasheet.
+
+MEASURED_CEILINGS = {"bf16_tflops": 790.0, "copy_tbps": 4.3}
+DATASHEET = {"bf16": 990.0, "fp8": 1979.0, "hbm_tbps": 4.8}
+
+
+def rates(m: dict[str, object]) -> tuple[float, float]:
+    """(TFLOP/s, TB/s) achieved by one measurement."""
+    return flops(m) / m["us"] / 1e6, bytes_moved(m) / m["us"] / 1e6
+
+
+def family(m: dict[str, object]) -> str:
+    return f"{m['op']}/{m.get('dtype', '-')}"
+
+
+def brief(q: dict[str, object]) -> str:
+    skip = {"op", "dtype", "impl", "us", "us_p10", "us_p90", "reps"}
+    return " ".join(f"{key}={value}" for key, value in q.items() if key not in skip)
+
+
+def summarise(measurements: list[dict[str, object]]) -> None:
+    print(f"\n{'family':<18}{'best':>5}{'TFLOP/s':>10}{'TB/s':>8}{'us':>11}  at")
+    for name in dict.fromkeys(family(m) for m in measurements):
+        members = [m for m in measurements if family(m) == name]
+        best = {label: max(members, key=lambda m: rates(m)[index])
+                for label, index in (("flop", 0), ("byte", 1))}
+        if rates(best["flop"])[0] == 0 or best["flop"] is best["byte"]:
+            del best["flop"]
+        for label, m in best.items():
+            tflops, tbps = rates(m)
+            print(f"{name:<18}{label:>5}{tflops:>10.1f}{tbps:>8.2f}{m['us']:>11.1f}  {brief(m)}")
+    check_ceilings(measurements)
+
+
+def check_ceilings(measurements: list[dict[str, object]]) -> None:
+    """Flag rates above the datasheet: those would mean cached data or a counting error."""
+    suspect = [m for m in measurements
+               if rates(m)[1] > DATASHEET["hbm_tbps"]
+               or rates(m)[0] > DATASHEET.get(m.get("dtype"), math.inf)]
+    gemm = [rates(m)[0] for m in measurements if m["op"] == "gemm" and m["dtype"] == "bf16"]
+    copy = [rates(m)[1] for m in measurements if m["op"] == "copy"]
+    if gemm:
+        print(f"bf16 GEMM best {max(gemm):.0f} TFLOP/s vs {MEASURED_CEILINGS['bf16_tflops']:.0f}"
+              " measured here before")
+    if copy:
+        print(f"copy best {max(copy):.2f} TB/s vs {MEASURED_CEILINGS['copy_tbps']} measured"
+              " here before")
+    print(f"{len(suspect)} measurements above the datasheet ceilings")
+    for m in suspect[:10]:
+        print(f"  suspect: {family(m)} {brief(m)} us={m['us']}")
+
+
+# ---------------------------------------------------------------------------------------
+# Driver.
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+def run_grid(grid: list[Query]) -> list[dict[str, object]]:
+    measurements = []
+    started = time.monotonic()
+    for index, q in enumerate(grid, 1):
+        try:
+            measurements.append(measure(q))
+        except (RuntimeError, ValueError) as err:  # includes torch.cuda.OutOfMemoryError
+            log(f"skipped {json.dumps(q)}: {first_line(err)}")
+        if bytes_moved(q) >= BIG_CASE_BYTES:
+            torch.cuda.empty_cache()
+        if index % 50 == 0 or index == len(grid):
+            log(f"[{index}/{len(grid)}] {time.monotonic() - started:.0f} s")
+    return measurements
+
+
+def select(grid: list[Query], ops: list[str] | None, every: int) -> list[Query]:
+    chosen = [q for q in grid if ops is None or q["op"] in ops]
+    return chosen[::every]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-o", "--output", help="raw calibration JSON to write")
+    parser.add_argument("--dry-run", action="store_true", help="list the grid; no GPU needed")
+    parser.add_argument("--ops", type=lambda s: s.split(","), help="comma-separated op subset")
+    parser.add_argument("--every", type=int, default=1, help="keep every N-th grid point")
+    args = parser.parse_args(argv)
+    if not args.dry_run and not args.output:
+        parser.error("-o/--output is required unless --dry-run")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    grid = select(build_grid(), args.ops, args.every)
+    if args.dry_run:
+        for q in grid:
+            print(json.dumps(q))
+        counts = {op: sum(q["op"] == op for q in grid) for op in BUILDERS}
+        log(f"{len(grid)} points: {counts}")
+        return 0
+    torch.manual_seed(0)
+    device = describe_device()
+    log(json.dumps(device))
+    measurements = run_grid(grid)
+    device["sm_clock_after_run_mhz"] = next(iter(nvidia_smi("clocks.sm")), None)
+    with open(args.output, "w", encoding="utf-8") as out:
+        json.dump({"schema": SCHEMA, "device": device, "measurements": measurements}, out,
+                  indent=1)
+        out.write("\n")
+    summarise(measurements)
+    print(f"{len(measurements)} of {len(grid)} points measured; wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

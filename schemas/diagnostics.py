@@ -1,0 +1,46 @@
+"""The one error shape of rackc: what was asked, where, what was expected, and how to fix it."""
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    severity: str  # "error" | "warning"
+    code: str
+    file: str
+    line: int
+    column: int
+    path: str
+    expected: str
+    got: str
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        head = f"{self.severity}[{self.code}] {where} {self.path}".rstrip()
+        text = f"{head}: expected {self.expected}, got {self.got}"
+        return f"{text}\n  hint: {self.hint}" if self.hint else text
+
+
+class CompileError(Exception):
+    """Expected failure: carries every diagnostic found; the CLI prints them without a traceback."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic], exit_code: int = 2):
+        self.diagnostics = tuple(diagnostics)
+        self.exit_code = exit_code
+        super().__init__("\n".join(d.render() for d in self.diagnostics))
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest choice, or listing the choices when none is close."""
+    options = sorted(set(choices))
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean `{close[0]}`?"
+    shown = ", ".join(options[:12]) + (", ..." if len(options) > 12 else "")
+    return f"choose one of: {shown}"

@@ -1,0 +1,62 @@
+"""`Rack` (one NVLink rack, or a few HGX nodes) and `Cluster` (several of them joined by RDMA)."""
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from schemas.base import Metadata, Name, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
+
+GpuId = Annotated[str, Field(pattern=r"^r[0-9]+-t[0-9]{2}-g[0-9]+$")]
+
+
+class Unavailable(StrictModel):
+    """Hardware to leave out: whole trays (HGX: nodes) by index, single GPUs by id `r0-t07-g2`."""
+
+    trays: list[NonNegativeInt] = Field(default_factory=list)
+    gpus: list[GpuId] = Field(default_factory=list)
+
+
+class HardwareSpec(StrictModel):
+    system: str = Field(description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
+    trays: PositiveInt | None = Field(
+        None, description="Compute trays per rack (HGX: nodes); default: the system's full count"
+    )
+    node_names: list[Name] | None = Field(
+        None, description="Kubernetes node name of each tray, in rack-major, tray order"
+    )
+    node_name_template: str = Field(
+        "{name}-r{rack}-t{tray:02d}",
+        description="Used when node_names is absent; fields: name, rack, tray",
+    )
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra labels every node of this hardware carries"
+    )
+    unavailable: Unavailable = Unavailable()
+    dram_gib_per_tray: PositiveFloat | None = Field(None, description="Override the catalog")
+    nic_gbps_per_gpu: PositiveFloat | None = Field(None, description="Override the catalog")
+    rdma_devices_per_tray: PositiveInt | None = Field(
+        None, description="RDMA NICs exposed to pods per tray (resource rdma/ib); default: GPUs"
+    )
+
+
+class RackSpec(HardwareSpec):
+    pass
+
+
+class ClusterSpec(HardwareSpec):
+    racks: PositiveInt | None = Field(None, description="NVL72 racks (one NVLink domain each)")
+    nodes: PositiveInt | None = Field(None, description="HGX nodes (one NVLink domain each)")
+
+
+class RackV1(StrictModel):
+    apiVersion: Literal["rackc.dev/v1alpha1"]
+    kind: Literal["Rack"]
+    metadata: Metadata
+    spec: RackSpec
+
+
+class ClusterV1(StrictModel):
+    apiVersion: Literal["rackc.dev/v1alpha1"]
+    kind: Literal["Cluster"]
+    metadata: Metadata
+    spec: ClusterSpec

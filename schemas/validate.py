@@ -1,0 +1,143 @@
+"""Turn a loaded document into a typed model, translating every pydantic error to a Diagnostic."""
+
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from schemas import API_VERSION, KINDS
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.source import Document, PathKey, format_path
+
+T = TypeVar("T", bound=BaseModel)
+
+# pydantic error type -> (code, what we expected when pydantic's message is not clearer)
+_CODES: dict[str, str] = {
+    "extra_forbidden": "E101",
+    "missing": "E102",
+    "greater_than": "E104",
+    "greater_than_equal": "E104",
+    "less_than": "E104",
+    "less_than_equal": "E104",
+    "literal_error": "E105",
+    "enum": "E105",
+    "string_pattern_mismatch": "E105",
+    "string_too_long": "E105",
+    "string_too_short": "E105",
+    "value_error": "E105",
+}
+
+
+def _expected(err: dict) -> str:
+    kind, ctx = err["type"], err.get("ctx", {})
+    if kind in ("greater_than", "greater_than_equal"):
+        bound = ctx.get("gt", ctx.get("ge"))
+        if bound == 0 and kind == "greater_than":
+            return "a positive integer" if isinstance(err.get("input"), int) else "a positive number"
+        return f"a number {'>' if kind == 'greater_than' else '>='} {bound}"
+    if kind in ("less_than", "less_than_equal"):
+        return f"a number {'<' if kind == 'less_than' else '<='} {ctx.get('lt', ctx.get('le'))}"
+    if kind == "literal_error":
+        return f"one of {ctx.get('expected', '')}"
+    if kind == "string_pattern_mismatch":
+        return f"text matching {ctx.get('pattern', '')}"
+    if kind == "extra_forbidden":
+        return "a known field"
+    if kind == "missing":
+        return "this required field"
+    return err["msg"].replace("Input should be ", "").replace("Value error, ", "")
+
+
+def _got(err: dict) -> str:
+    if err["type"] == "missing":
+        return "nothing"
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        return f"unknown key `{err['loc'][-1]}`"
+    text = repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, dict | list):
+        text = type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _hint(err: dict, model: type[BaseModel], path: PathKey) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return did_you_mean(str(path[-1]), _fields_at(model, path[:-1]))
+    if kind == "missing":
+        return f"add `{path[-1]}:` here"
+    if kind in ("int_type", "float_type") and isinstance(err.get("input"), str):
+        return "write the number without quotes or units (units are in the field name)"
+    if kind == "greater_than" and err.get("ctx", {}).get("gt") == 0:
+        return "counts and sizes must be greater than zero"
+    return ""
+
+
+def _fields_at(model: type[BaseModel], path: PathKey) -> list[str]:
+    """Field names of the sub-model at `path`, for did-you-mean on unknown keys."""
+    current: object = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _submodel(fields[part].annotation)
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _submodel(annotation: object) -> object:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _submodel(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def to_diagnostics(exc: ValidationError, doc: Document, model: type[BaseModel]) -> list[Diagnostic]:
+    out = []
+    for err in exc.errors(include_url=False):
+        path: PathKey = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+        code = _CODES.get(err["type"], "E103")
+        pos = doc.source.locate(path, prefer_key=err["type"] == "extra_forbidden")
+        out.append(Diagnostic("error", code, doc.source.file, pos.line, pos.column,
+                              format_path(path), _expected(err), _got(err),
+                              _hint(err, model, path)))
+    return sorted(out, key=lambda d: (d.file, d.line, d.column, d.code))
+
+
+def check_envelope(doc: Document, allowed: tuple[str, ...]) -> type[BaseModel]:
+    """apiVersion and kind first: they decide which schema the rest is checked against."""
+    file = doc.source.file
+    if not isinstance(doc.data, dict):
+        pos = doc.source.locate(())
+        raise CompileError([Diagnostic("error", "E006", file, pos.line, pos.column, "",
+                                       "a mapping with apiVersion, kind, metadata, spec",
+                                       type(doc.data).__name__, "see examples/")])
+    errors = []
+    version = doc.data.get("apiVersion")
+    if version != API_VERSION:
+        pos = doc.source.locate(("apiVersion",))
+        errors.append(Diagnostic("error", "E010", file, pos.line, pos.column, "apiVersion",
+                                 f"`{API_VERSION}`", repr(version) if version else "nothing",
+                                 f"write `apiVersion: {API_VERSION}`"))
+    kind = doc.data.get("kind")
+    if kind not in allowed:
+        pos = doc.source.locate(("kind",))
+        hint = did_you_mean(str(kind), allowed) if kind else f"add `kind: {allowed[0]}`"
+        errors.append(Diagnostic("error", "E011", file, pos.line, pos.column, "kind",
+                                 " or ".join(f"`{k}`" for k in allowed),
+                                 repr(kind) if kind else "nothing", hint))
+    if errors:
+        raise CompileError(errors)
+    return KINDS[str(kind)]
+
+
+def validate(doc: Document, allowed: tuple[str, ...]) -> BaseModel:
+    model = check_envelope(doc, allowed)
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        raise CompileError(to_diagnostics(exc, doc, model)) from None
