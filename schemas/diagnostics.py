@@ -30,9 +30,11 @@ class Diagnostic:
 class CompileError(Exception):
     """Expected failure: carries every diagnostic found; the CLI prints them without a traceback."""
 
-    def __init__(self, diagnostics: Iterable[Diagnostic], exit_code: int = 2):
+    def __init__(self, diagnostics: Iterable[Diagnostic], exit_code: int = 2,
+                 result: dict | None = None):
         self.diagnostics = tuple(diagnostics)
         self.exit_code = exit_code
+        self.result = result  # what was computed before the failure, for --format json
         super().__init__("\n".join(d.render() for d in self.diagnostics))
 
 

@@ -1,8 +1,8 @@
 """Safe YAML loading that remembers where every key and value came from.
 
 PyYAML's composer gives nodes with marks; we build plain Python values from them ourselves so
-that duplicate keys, anchors/aliases (billion-laughs) and multi-document files are rejected and
-every field path maps to its line and column.
+that duplicate keys, aliases (billion-laughs) and multi-document files are rejected and every
+field path maps to its line and column.
 """
 
 from dataclasses import dataclass, field
@@ -64,17 +64,10 @@ class _Builder:
         self.source = SourceMap(file)
         self.errors: list[Diagnostic] = []
         self.scalar = yaml.SafeLoader("")  # only its scalar constructors are used
-        self.seen: set[int] = set()
 
     def build(self, node: yaml.Node, path: PathKey) -> object:
         pos = Position(node.start_mark.line + 1, node.start_mark.column + 1)
         self.source.values[path] = pos
-        if id(node) in self.seen:
-            self.errors.append(_error(self.source.file, "E006", pos, format_path(path),
-                                      "plain YAML without anchors or aliases", "an alias",
-                                      "write the value out in full"))
-            return None
-        self.seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
@@ -111,6 +104,12 @@ def load_yaml_text(text: str, file: str) -> Document:
         raise CompileError([_error(file, "E004", here, "", "a YAML document", "an empty file",
                                    "start from an example in examples/")])
     try:
+        alias = next((e for e in yaml.parse(text, Loader=yaml.SafeLoader)
+                      if isinstance(e, yaml.AliasEvent)), None)
+        if alias is not None:
+            pos = Position(alias.start_mark.line + 1, alias.start_mark.column + 1)
+            raise CompileError([_error(file, "E006", pos, "", "plain YAML without aliases",
+                                       f"alias *{alias.anchor}", "write the value out in full")])
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -32,7 +32,7 @@ def _expected(err: dict) -> str:
     if kind in ("greater_than", "greater_than_equal"):
         bound = ctx.get("gt", ctx.get("ge"))
         if bound == 0 and kind == "greater_than":
-            return "a positive integer" if isinstance(err.get("input"), int) else "a positive number"
+            return "a positive integer" if err.get("integer") else "a positive number"
         return f"a number {'>' if kind == 'greater_than' else '>='} {bound}"
     if kind in ("less_than", "less_than_equal"):
         return f"a number {'<' if kind == 'less_than' else '<='} {ctx.get('lt', ctx.get('le'))}"
@@ -74,16 +74,27 @@ def _hint(err: dict, model: type[BaseModel], path: PathKey) -> str:
 
 def _fields_at(model: type[BaseModel], path: PathKey) -> list[str]:
     """Field names of the sub-model at `path`, for did-you-mean on unknown keys."""
+    fields = getattr(_model_at(model, path), "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _model_at(model: type[BaseModel], path: PathKey) -> object:
     current: object = model
     for part in path:
         if isinstance(part, int):
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
-            return []
+            return None
         current = _submodel(fields[part].annotation)
-    fields = getattr(current, "model_fields", None)
-    return list(fields) if fields else []
+    return current
+
+
+def _is_int_field(model: type[BaseModel], path: PathKey) -> bool:
+    parent = _model_at(model, path[:-1])
+    fields = getattr(parent, "model_fields", None) or {}
+    field = fields.get(path[-1]) if path else None
+    return field is not None and "int" in str(field.annotation)
 
 
 def _submodel(annotation: object) -> object:
@@ -101,7 +112,11 @@ def to_diagnostics(exc: ValidationError, doc: Document, model: type[BaseModel]) 
     for err in exc.errors(include_url=False):
         path: PathKey = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
         code = _CODES.get(err["type"], "E103")
-        pos = doc.source.locate(path, prefer_key=err["type"] == "extra_forbidden")
+        err["integer"] = _is_int_field(model, path)
+        if err["type"] == "missing":
+            pos = doc.source.locate(path[:-1], prefer_key=True)
+        else:
+            pos = doc.source.locate(path, prefer_key=err["type"] == "extra_forbidden")
         out.append(Diagnostic("error", code, doc.source.file, pos.line, pos.column,
                               format_path(path), _expected(err), _got(err),
                               _hint(err, model, path)))

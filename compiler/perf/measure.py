@@ -21,8 +21,12 @@ How:
   weights are read from HBM as they are in serving.
 * After a warm-up pass, one pass over all sets is captured in a CUDA graph and each replay
   is timed with CUDA events; a sample is a replay's time over the calls in it. Graph replay
-  removes host launch gaps, as serving engines' decode graphs do. Capture that fails falls
-  back to event-timed eager passes, and ``impl`` then ends in ``+eager``.
+  removes host launch gaps, as serving engines' decode graphs do.
+* Where PyTorch has several kernels for an op, each is timed and the fastest kept, as an
+  engine would pick it: the fused SDPA backends (flash, cuDNN, memory-efficient; the unfused
+  math backend only where none of them runs), and for copies both ``cudaMemcpyAsync`` and an
+  SM copy kernel. A variant that raises (out of memory, shape declined, capture refused) is
+  dropped and logged once; a point left with none is skipped and logged.
 * fp8 means e4m3 operands with row-wise float32 scales and a bf16 output
   (``torch._scaled_mm`` / ``torch._scaled_grouped_mm`` with fast accumulation).
 * Grouped GEMM uses ``torch._grouped_mm`` / ``torch._scaled_grouped_mm`` on one [E*T, K]
@@ -30,7 +34,6 @@ How:
 * Decode attention packs the H/G query heads that share a KV head into the query-length axis
   (one SDPA call over [B, G, H/G, D] against [B, G, L, D]), as FlashInfer and FlashMLA do; with
   one KV head the cache is MLA's shared latent, so V is the same tensor as K.
-* A point that does not fit in memory or raises is skipped and logged to stderr.
 
 Run from the repository root on the target machine (about five minutes on an H200)::
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import statistics
@@ -62,7 +66,7 @@ SCHEMA = "rackc.calibration.raw/v1"
 # ---------------------------------------------------------------------------------------
 # Grid. Every tuple is iterated in the order written, so the output order is deterministic.
 
-GEMM_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+GEMM_M = (1, 2, 4, 8, 16, 32, 64, 96, 128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 GEMM_NK = (
     (2112, 7168),  # DeepSeek-V3 fused q_a + kv_a projection (1536 + 512 + 64)
     (24576, 1536),  # DeepSeek-V3 q_b (128 heads x 192)
@@ -108,19 +112,18 @@ COPY_BYTES = tuple(1 << p for p in range(20, 34))  # 1 MiB .. 8 GiB, read + writ
 
 ROTATE_BYTES = 256 << 20  # about four times the H200's 60 MB L2
 MAX_SETS = 128
-TARGET_SECONDS = 0.04  # of timed replays per point
-MIN_REPS, MAX_REPS = 5, 50
+TARGET_SECONDS = 0.05  # of timed replays per variant
+MIN_REPS, MAX_REPS = 5, 100
 BIG_CASE_BYTES = 1 << 30  # release the allocator's cache after points this large
+SPIN_UP_SECONDS = 2.0
 
 BF16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
 DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-# Tried in this order; the first that accepts the shapes is used and recorded as impl.
-SDPA_PREFERENCE = (
+SDPA_FUSED = (
     SDPBackend.FLASH_ATTENTION,
     SDPBackend.CUDNN_ATTENTION,
     SDPBackend.EFFICIENT_ATTENTION,
-    SDPBackend.MATH,
 )
 
 Query = dict[str, object]
@@ -139,16 +142,29 @@ def grouped_gemm_grid() -> Iterator[Query]:
             for experts in GROUPED_EXPERTS:
                 for tokens in GROUPED_TOKENS_PER_EXPERT:
                     if experts * tokens <= MAX_ROUTED_TOKENS:
-                        yield {"op": "grouped_gemm", "dtype": dtype, "experts": experts,
-                               "tokens_per_expert": tokens, "k": k, "n": n}
+                        yield {
+                            "op": "grouped_gemm",
+                            "dtype": dtype,
+                            "experts": experts,
+                            "tokens_per_expert": tokens,
+                            "k": k,
+                            "n": n,
+                        }
 
 
 def attn_decode_grid() -> Iterator[Query]:
     for heads, kv_heads, head_dim in ATTN_HEADS + DECODE_MLA_HEADS:
         for batch in DECODE_BATCH:
             for kv_len in DECODE_KV_LEN:
-                query = {"op": "attn_decode", "dtype": "bf16", "batch": batch, "q_heads": heads,
-                         "kv_heads": kv_heads, "head_dim": head_dim, "kv_len": kv_len}
+                query = {
+                    "op": "attn_decode",
+                    "dtype": "bf16",
+                    "batch": batch,
+                    "q_heads": heads,
+                    "kv_heads": kv_heads,
+                    "head_dim": head_dim,
+                    "kv_len": kv_len,
+                }
                 if kv_cache_bytes(query) <= MAX_KV_BYTES:
                     yield query
 
@@ -158,8 +174,15 @@ def attn_prefill_grid() -> Iterator[Query]:
     noncausal = [(h, False) for h in PREFILL_NONCAUSAL_HEADS]
     for (heads, kv_heads, head_dim), is_causal in causal + noncausal:
         for seq_len in PREFILL_SEQ:
-            yield {"op": "attn_prefill", "dtype": "bf16", "seq_len": seq_len, "q_heads": heads,
-                   "kv_heads": kv_heads, "head_dim": head_dim, "causal": is_causal}
+            yield {
+                "op": "attn_prefill",
+                "dtype": "bf16",
+                "seq_len": seq_len,
+                "q_heads": heads,
+                "kv_heads": kv_heads,
+                "head_dim": head_dim,
+                "causal": is_causal,
+            }
 
 
 def copy_grid() -> Iterator[Query]:
@@ -168,8 +191,13 @@ def copy_grid() -> Iterator[Query]:
 
 
 def build_grid() -> list[Query]:
-    return [*copy_grid(), *gemm_grid(), *grouped_gemm_grid(), *attn_decode_grid(),
-            *attn_prefill_grid()]
+    return [
+        *copy_grid(),
+        *gemm_grid(),
+        *grouped_gemm_grid(),
+        *attn_decode_grid(),
+        *attn_prefill_grid(),
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,10 +244,14 @@ def bytes_moved(q: Query) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Builders: each makes one fresh set of random inputs on the GPU and returns
-# (impl, call), where call() runs the operator once on that set.
+# Variants. A variant is (impl, make): make() draws one fresh set of random inputs on the
+# GPU and returns a call that runs the operator once on that set. Each op gives tiers of
+# variants; the fastest variant of the first tier in which any runs is kept, the way a
+# serving engine picks its fastest kernel.
 
-Built = tuple[str, Callable[[], torch.Tensor]]
+Call = Callable[[], torch.Tensor]
+Variant = tuple[str, Callable[[], Call]]
+Tiers = list[list[Variant]]
 
 
 def rand(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
@@ -231,87 +263,118 @@ def scales(*shape: int) -> torch.Tensor:
     return torch.rand(shape, device="cuda", dtype=torch.float32) + 0.5
 
 
-def build_copy(q: Query) -> Built:
-    src = torch.randint(0, 256, (q["bytes"] // 2,), device="cuda", dtype=torch.uint8)
-    dst = torch.empty_like(src)
-    return "Tensor.copy_", lambda: dst.copy_(src)
+def copy_tiers(q: Query) -> Tiers:
+    """A copy engine (memcpy) and an SM kernel can differ; either may move a KV block."""
+    elements = q["bytes"] // 2 // 4
+
+    def memcpy() -> Call:
+        src = torch.randn(elements, device="cuda")
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+    def kernel() -> Call:
+        src = torch.randn(elements, device="cuda")
+        dst = torch.empty_like(src)
+        return lambda: torch.mul(src, 1, out=dst)
+
+    return [[("Tensor.copy_ (cudaMemcpyAsync)", memcpy), ("torch.mul(x, 1) (SM kernel)", kernel)]]
 
 
-def build_gemm(q: Query) -> Built:
+def gemm_tiers(q: Query) -> Tiers:
     m, n, k = q["m"], q["n"], q["k"]
-    if q["dtype"] == "bf16":
+
+    def bf16() -> Call:
         x, w = rand(m, k), rand(n, k)
-        return "F.linear", lambda: F.linear(x, w)
-    x, w = rand(m, k, dtype=FP8), rand(n, k, dtype=FP8)
-    sx, sw = scales(m, 1), scales(1, n)
-    return "torch._scaled_mm rowwise fast_accum", lambda: torch._scaled_mm(
-        x, w.t(), sx, sw, out_dtype=BF16, use_fast_accum=True)
+        return lambda: F.linear(x, w)
+
+    def fp8() -> Call:
+        x, w = rand(m, k, dtype=FP8), rand(n, k, dtype=FP8)
+        sx, sw = scales(m, 1), scales(1, n)
+        return lambda: torch._scaled_mm(x, w.t(), sx, sw, out_dtype=BF16, use_fast_accum=True)
+
+    if q["dtype"] == "bf16":
+        return [[("F.linear", bf16)]]
+    return [[("torch._scaled_mm rowwise fast_accum", fp8)]]
 
 
-def build_grouped_gemm(q: Query) -> Built:
+def grouped_gemm_tiers(q: Query) -> Tiers:
     experts, tokens, k, n = q["experts"], q["tokens_per_expert"], q["k"], q["n"]
     rows = experts * tokens
-    offsets = torch.arange(tokens, rows + 1, tokens, device="cuda", dtype=torch.int32)
+
+    def offsets() -> torch.Tensor:
+        """End row of each expert's tokens in the stacked activation."""
+        return torch.arange(tokens, rows + 1, tokens, device="cuda", dtype=torch.int32)
+
+    def bf16() -> Call:
+        x, w, offs = rand(rows, k), rand(experts, n, k), offsets()
+        return lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+
+    def fp8() -> Call:
+        x, w, offs = rand(rows, k, dtype=FP8), rand(experts, n, k, dtype=FP8), offsets()
+        sx, sw = scales(rows), scales(experts, n)
+        return lambda: torch._scaled_grouped_mm(
+            x, w.transpose(-2, -1), sx, sw, offs=offs, out_dtype=BF16, use_fast_accum=True
+        )
+
     if q["dtype"] == "bf16":
-        x, w = rand(rows, k), rand(experts, n, k)
-        return "torch._grouped_mm", lambda: torch._grouped_mm(
-            x, w.transpose(-2, -1), offs=offsets)
-    x, w = rand(rows, k, dtype=FP8), rand(experts, n, k, dtype=FP8)
-    sx, sw = scales(rows), scales(experts, n)
-    return "torch._scaled_grouped_mm rowwise fast_accum", lambda: torch._scaled_grouped_mm(
-        x, w.transpose(-2, -1), sx, sw, offs=offsets, out_dtype=BF16, use_fast_accum=True)
+        return [[("torch._grouped_mm", bf16)]]
+    return [[("torch._scaled_grouped_mm rowwise fast_accum", fp8)]]
 
 
-def pick_sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      **kwargs: bool) -> SDPBackend:
-    """First backend in SDPA_PREFERENCE that runs these inputs (SDPA raises if none fits)."""
-    for backend in SDPA_PREFERENCE:
-        try:
-            with warnings.catch_warnings(), sdpa_kernel(backend):
-                warnings.simplefilter("ignore")
-                F.scaled_dot_product_attention(q, k, v, **kwargs)
-            return backend
-        except RuntimeError:
-            continue
-    raise RuntimeError("no SDPA backend accepts these shapes")
+AttnInputs = tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], dict[str, bool]]
 
 
-def sdpa(backend: SDPBackend, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-         **kwargs: bool) -> Built:
-    def call() -> torch.Tensor:
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, **kwargs)
+def sdpa_tiers(make_inputs: Callable[[], AttnInputs], suffix: str = "") -> Tiers:
+    """Every fused SDPA backend first; the unfused math backend only where none runs."""
 
-    return f"sdpa:{backend.name.lower()}", call
+    def variant(backend: SDPBackend) -> Variant:
+        def make() -> Call:
+            (query, key, value), kwargs = make_inputs()
+
+            def call() -> torch.Tensor:
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(query, key, value, **kwargs)
+
+            return call
+
+        return f"sdpa:{backend.name.lower()}{suffix}", make
+
+    return [[variant(backend) for backend in SDPA_FUSED], [variant(SDPBackend.MATH)]]
 
 
-def build_attn_decode(q: Query) -> Built:
+def attn_decode_tiers(q: Query) -> Tiers:
     batch, heads, kv_heads = q["batch"], q["q_heads"], q["kv_heads"]
     head_dim, kv_len = q["head_dim"], q["kv_len"]
-    query = rand(batch, kv_heads, heads // kv_heads, head_dim)  # GQA heads packed as rows
-    key = rand(batch, kv_heads, kv_len, head_dim)
-    value = key if kv_heads == 1 else rand(batch, kv_heads, kv_len, head_dim)
-    backend = pick_sdpa_backend(query, key, value)
-    impl, call = sdpa(backend, query, key, value)
-    return impl + " gqa-packed", call
+
+    def make_inputs() -> AttnInputs:
+        query = rand(batch, kv_heads, heads // kv_heads, head_dim)  # GQA heads as rows
+        key = rand(batch, kv_heads, kv_len, head_dim)
+        value = key if kv_heads == 1 else rand(batch, kv_heads, kv_len, head_dim)
+        return (query, key, value), {}
+
+    return sdpa_tiers(make_inputs, " gqa-packed")
 
 
-def build_attn_prefill(q: Query) -> Built:
-    seq, head_dim = q["seq_len"], q["head_dim"]
-    query = rand(1, q["q_heads"], seq, head_dim)
-    key = rand(1, q["kv_heads"], seq, head_dim)
-    value = rand(1, q["kv_heads"], seq, head_dim)
-    kwargs = {"is_causal": q["causal"], "enable_gqa": q["kv_heads"] != q["q_heads"]}
-    backend = pick_sdpa_backend(query, key, value, **kwargs)
-    return sdpa(backend, query, key, value, **kwargs)
+def attn_prefill_tiers(q: Query) -> Tiers:
+    seq, heads, kv_heads, head_dim = q["seq_len"], q["q_heads"], q["kv_heads"], q["head_dim"]
+
+    def make_inputs() -> AttnInputs:
+        tensors = (
+            rand(1, heads, seq, head_dim),
+            rand(1, kv_heads, seq, head_dim),
+            rand(1, kv_heads, seq, head_dim),
+        )
+        return tensors, {"is_causal": q["causal"], "enable_gqa": kv_heads != heads}
+
+    return sdpa_tiers(make_inputs)
 
 
-BUILDERS: dict[str, Callable[[Query], Built]] = {
-    "copy": build_copy,
-    "gemm": build_gemm,
-    "grouped_gemm": build_grouped_gemm,
-    "attn_decode": build_attn_decode,
-    "attn_prefill": build_attn_prefill,
+TIERS: dict[str, Callable[[Query], Tiers]] = {
+    "copy": copy_tiers,
+    "gemm": gemm_tiers,
+    "grouped_gemm": grouped_gemm_tiers,
+    "attn_decode": attn_decode_tiers,
+    "attn_prefill": attn_prefill_tiers,
 }
 
 # ---------------------------------------------------------------------------------------
@@ -325,8 +388,10 @@ def input_sets(q: Query) -> int:
 
 def timed_passes(run_pass: Callable[[], None], reps: int) -> list[float]:
     """Seconds of each of `reps` passes, from CUDA events, with one synchronisation."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(reps)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(reps)
+    ]
     for start, end in events:
         start.record()
         run_pass()
@@ -335,7 +400,7 @@ def timed_passes(run_pass: Callable[[], None], reps: int) -> list[float]:
     return [start.elapsed_time(end) / 1e3 for start, end in events]
 
 
-def warm_up(calls: list[Callable[[], torch.Tensor]]) -> None:
+def warm_up(calls: list[Call]) -> None:
     """One pass on a side stream, as graph capture requires (workspaces, handles, autotune)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -346,44 +411,61 @@ def warm_up(calls: list[Callable[[], torch.Tensor]]) -> None:
     torch.cuda.synchronize()
 
 
-def capture(calls: list[Callable[[], torch.Tensor]]) -> torch.cuda.CUDAGraph:
+def capture(calls: list[Call]) -> torch.cuda.CUDAGraph:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for call in calls:
             call()
-    graph.replay()  # the first replay uploads the graph
-    torch.cuda.synchronize()
     return graph
 
 
-def measure_calls(calls: list[Callable[[], torch.Tensor]]) -> tuple[list[float], bool]:
-    """Per-call microsecond samples, and whether they came from graph replays."""
-
-    def eager_pass() -> None:
-        for call in calls:
-            call()
-
+def time_calls(calls: list[Call]) -> list[float]:
+    """Per-call microsecond samples: graph replays of one pass over all sets, over the calls."""
     warm_up(calls)
-    pass_seconds = statistics.median(timed_passes(eager_pass, 2))
+    graph = capture(calls)
+    graph.replay()  # the first replay uploads the graph
+    pass_seconds = timed_passes(graph.replay, 1)[0]
     reps = min(MAX_REPS, max(MIN_REPS, round(TARGET_SECONDS / pass_seconds)))
+    return [s * 1e6 / len(calls) for s in timed_passes(graph.replay, reps)]
+
+
+def time_variant(q: Query, impl: str, make: Callable[[], Call]) -> dict[str, object] | None:
+    """The measurement of one variant, or None (logged) where it raises."""
     try:
-        run_pass, graphed = capture(calls).replay, True
-    except RuntimeError as err:
-        log(f"  graph capture failed ({first_line(err)}); timing eager passes")
-        torch.cuda.synchronize()
-        run_pass, graphed = eager_pass, False
-    samples = timed_passes(run_pass, reps)
-    return [s * 1e6 / len(calls) for s in samples], graphed
-
-
-def measure(q: Query) -> dict[str, object]:
-    built = [BUILDERS[q["op"]](q) for _ in range(input_sets(q))]
-    impl = built[0][0]
-    samples, graphed = measure_calls([call for _, call in built])
+        samples = time_calls([make() for _ in range(input_sets(q))])
+    except RuntimeError as err:  # includes torch.cuda.OutOfMemoryError
+        log_once(f"{q['op']} {impl}: {first_line(err)}")
+        return None
     deciles = statistics.quantiles(samples, n=10, method="inclusive")
-    return {**q, "impl": impl if graphed else impl + "+eager",
-            "us": round(statistics.median(samples), 3), "us_p10": round(deciles[0], 3),
-            "us_p90": round(deciles[-1], 3), "reps": len(samples)}
+    return {
+        **q,
+        "impl": impl,
+        "us": round(statistics.median(samples), 3),
+        "us_p10": round(deciles[0], 3),
+        "us_p90": round(deciles[-1], 3),
+        "reps": len(samples),
+    }
+
+
+def measure(q: Query) -> dict[str, object] | None:
+    """The fastest variant of the first tier in which any runs, or None if none does."""
+    for tier in TIERS[q["op"]](q):
+        results = [r for r in (time_variant(q, impl, make) for impl, make in tier) if r]
+        if results:
+            return min(results, key=lambda r: r["us"])
+    return None
+
+
+def spin_up(seconds: float) -> float:
+    """Run 8192^3 bf16 products so clocks leave idle before the first point; TFLOP/s."""
+    a, b = rand(8192, 8192), rand(8192, 8192)
+    products, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize()
+        products += 10
+    return 2 * 8192**3 * products / (time.monotonic() - started) / 1e12
 
 
 # ---------------------------------------------------------------------------------------
@@ -395,7 +477,11 @@ def nvidia_smi(fields: str) -> list[str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=True, timeout=30).stdout
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [value.strip() for value in out.strip().split(",")]
@@ -404,14 +490,25 @@ def nvidia_smi(fields: str) -> list[str]:
 def describe_device() -> dict[str, object]:
     props = torch.cuda.get_device_properties(0)
     fields = ("driver_version", "clocks.max.sm", "clocks.max.memory", "power.limit")
-    smi = dict(zip(("driver", "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w"),
-                   nvidia_smi(",".join(fields))))
-    return {"gpu": props.name, "capability": f"{props.major}.{props.minor}",
-            "sm_count": props.multi_processor_count, "total_memory_bytes": props.total_memory,
-            "l2_cache_bytes": getattr(props, "L2_cache_size", None),
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), **smi,
-            "measured_on": datetime.date.today().isoformat()}
+    smi = dict(
+        zip(
+            ("driver", "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w"),
+            nvidia_smi(",".join(fields)),
+            strict=False,
+        )
+    )
+    return {
+        "gpu": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "total_memory_bytes": props.total_memory,
+        "l2_cache_bytes": getattr(props, "L2_cache_size", None),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        **smi,
+        "measured_on": datetime.date.today().isoformat(),
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,8 +537,10 @@ def summarise(measurements: list[dict[str, object]]) -> None:
     print(f"\n{'family':<18}{'best':>5}{'TFLOP/s':>10}{'TB/s':>8}{'us':>11}  at")
     for name in dict.fromkeys(family(m) for m in measurements):
         members = [m for m in measurements if family(m) == name]
-        best = {label: max(members, key=lambda m: rates(m)[index])
-                for label, index in (("flop", 0), ("byte", 1))}
+        best = {
+            label: max(members, key=lambda m: rates(m)[index])
+            for label, index in (("flop", 0), ("byte", 1))
+        }
         if rates(best["flop"])[0] == 0 or best["flop"] is best["byte"]:
             del best["flop"]
         for label, m in best.items():
@@ -452,17 +551,24 @@ def summarise(measurements: list[dict[str, object]]) -> None:
 
 def check_ceilings(measurements: list[dict[str, object]]) -> None:
     """Flag rates above the datasheet: those would mean cached data or a counting error."""
-    suspect = [m for m in measurements
-               if rates(m)[1] > DATASHEET["hbm_tbps"]
-               or rates(m)[0] > DATASHEET.get(m.get("dtype"), math.inf)]
+    suspect = [
+        m
+        for m in measurements
+        if rates(m)[1] > DATASHEET["hbm_tbps"]
+        or rates(m)[0] > DATASHEET.get(m.get("dtype"), math.inf)
+    ]
     gemm = [rates(m)[0] for m in measurements if m["op"] == "gemm" and m["dtype"] == "bf16"]
     copy = [rates(m)[1] for m in measurements if m["op"] == "copy"]
     if gemm:
-        print(f"bf16 GEMM best {max(gemm):.0f} TFLOP/s vs {MEASURED_CEILINGS['bf16_tflops']:.0f}"
-              " measured here before")
+        print(
+            f"bf16 GEMM best {max(gemm):.0f} TFLOP/s vs {MEASURED_CEILINGS['bf16_tflops']:.0f}"
+            " measured here before"
+        )
     if copy:
-        print(f"copy best {max(copy):.2f} TB/s vs {MEASURED_CEILINGS['copy_tbps']} measured"
-              " here before")
+        print(
+            f"copy best {max(copy):.2f} TB/s vs {MEASURED_CEILINGS['copy_tbps']} measured"
+            " here before"
+        )
     print(f"{len(suspect)} measurements above the datasheet ceilings")
     for m in suspect[:10]:
         print(f"  suspect: {family(m)} {brief(m)} us={m['us']}")
@@ -476,6 +582,12 @@ def log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+@functools.cache
+def log_once(message: str) -> None:
+    """Log a variant's failure once: e.g. flash attention declines every MLA point alike."""
+    log(message)
+
+
 def first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
@@ -484,15 +596,25 @@ def run_grid(grid: list[Query]) -> list[dict[str, object]]:
     measurements = []
     started = time.monotonic()
     for index, q in enumerate(grid, 1):
-        try:
-            measurements.append(measure(q))
-        except (RuntimeError, ValueError) as err:  # includes torch.cuda.OutOfMemoryError
-            log(f"skipped {json.dumps(q)}: {first_line(err)}")
+        result = measure(q)
+        if result is None:
+            log(f"skipped {json.dumps(q)}: no implementation ran")
+        else:
+            measurements.append(result)
         if bytes_moved(q) >= BIG_CASE_BYTES:
             torch.cuda.empty_cache()
-        if index % 50 == 0 or index == len(grid):
+        if index % 100 == 0 or index == len(grid):
             log(f"[{index}/{len(grid)}] {time.monotonic() - started:.0f} s")
     return measurements
+
+
+def render(device: dict[str, object], measurements: list[dict[str, object]]) -> str:
+    """The raw JSON document, one measurement a line so that re-measurements diff cleanly."""
+    rows = ",\n".join(f"  {json.dumps(m)}" for m in measurements)
+    return (
+        f'{{"schema": {json.dumps(SCHEMA)},\n "device": {json.dumps(device)},\n'
+        f' "measurements": [\n{rows}\n]}}\n'
+    )
 
 
 def select(grid: list[Query], ops: list[str] | None, every: int) -> list[Query]:
@@ -518,18 +640,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for q in grid:
             print(json.dumps(q))
-        counts = {op: sum(q["op"] == op for q in grid) for op in BUILDERS}
+        counts = {op: sum(q["op"] == op for q in grid) for op in TIERS}
         log(f"{len(grid)} points: {counts}")
         return 0
+    warnings.simplefilter("ignore", UserWarning)  # SDPA warns for each backend that declines
     torch.manual_seed(0)
     device = describe_device()
     log(json.dumps(device))
+    log(f"spin-up: {spin_up(SPIN_UP_SECONDS):.0f} TFLOP/s bf16 on 8192^3")
     measurements = run_grid(grid)
     device["sm_clock_after_run_mhz"] = next(iter(nvidia_smi("clocks.sm")), None)
     with open(args.output, "w", encoding="utf-8") as out:
-        json.dump({"schema": SCHEMA, "device": device, "measurements": measurements}, out,
-                  indent=1)
-        out.write("\n")
+        out.write(render(device, measurements))
     summarise(measurements)
     print(f"{len(measurements)} of {len(grid)} points measured; wrote {args.output}")
     return 0

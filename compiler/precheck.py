@@ -1,0 +1,100 @@
+"""Pass 3: arithmetic before the solver. Which engine shapes could hold the model at all?
+
+For each candidate shape and role: weights per GPU, plus one maximum-length request's KV, plus
+the Engram share (prefill: tables spread over every available GPU, the best a peer group can do;
+decode: over the instance's own GPUs), plus workspace, against usable HBM.
+"""
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from compiler import arch, graph
+from compiler.load import Inputs
+from compiler.memory import gpu_memory
+from compiler.shapes import Shape, candidate_shapes
+from schemas.diagnostics import Diagnostic
+
+ROLES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class ShapeFit:
+    role: str
+    shape: Shape
+    weights_gib_per_gpu: float
+    total_gib_per_gpu: float
+    fits: bool
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "shape": self.shape.name, "gpus": self.shape.gpus,
+                "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 2), "fits": self.fits}
+
+
+@dataclass(frozen=True)
+class Precheck:
+    fits: tuple[ShapeFit, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == "error" for d in self.diagnostics)
+
+    def feasible(self, role: str) -> list[Shape]:
+        return [f.shape for f in self.fits if f.role == role and f.fits]
+
+
+def kv_dtype(inputs: Inputs) -> str:
+    return inputs.deployment.spec.serving.kv_cache_dtype or inputs.model.spec.dtypes.kv_cache
+
+
+def max_model_len(inputs: Inputs) -> int:
+    return inputs.deployment.spec.serving.max_model_len or inputs.model.spec.max_context_tokens
+
+
+def uses_draft(inputs: Inputs) -> bool:
+    spec = inputs.deployment.spec.serving.speculative
+    return bool(spec and spec.method in ("mtp", "dspark"))
+
+
+def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
+    model, system = inputs.model.spec, inputs.system
+    available = len(graph.available_gpus(g))
+    engram_hbm = inputs.deployment.spec.serving.engram_placement == "hbm"
+    capacity = system.gpu.hbm_gib.value
+    fits = []
+    for shape in candidate_shapes(model, system, max(available, 1)):
+        for role in ROLES:
+            share = max(available, 1) if role == "prefill" else shape.gpus
+            mem = gpu_memory(model, shape, system, kv_dtype(inputs), max_model_len(inputs),
+                             share, engram_hbm, uses_draft(inputs))
+            fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib,
+                                 mem.total_gib <= capacity))
+    return Precheck(tuple(fits), tuple(_diagnose(inputs, fits, available, capacity)))
+
+
+def _diagnose(inputs: Inputs, fits: list[ShapeFit], available: int,
+              capacity: float) -> list[Diagnostic]:
+    src = inputs.sources["hardware"]
+    if available == 0:
+        pos = src.locate(("spec", "unavailable"))
+        return [Diagnostic("error", "E301", src.file, pos.line, pos.column, "spec.unavailable",
+                           "at least one available GPU", "every GPU unavailable",
+                           "remove entries from spec.unavailable")]
+    out = []
+    for role in ROLES:
+        if any(f.fits for f in fits if f.role == role):
+            continue
+        best = min((f for f in fits if f.role == role), key=lambda f: f.total_gib_per_gpu,
+                   default=None)
+        dsrc = inputs.sources["deployment"]
+        pos = dsrc.locate(("spec", "model"))
+        need = f"{best.total_gib_per_gpu:.1f} GiB per GPU at best ({best.shape.name})" \
+            if best else "no usable engine shape"
+        weights = arch.weight_bytes(inputs.model.spec) / arch.GIB
+        out.append(Diagnostic(
+            "error", "E301", dsrc.file, pos.line, pos.column, "spec.model",
+            f"a {role} shape within {capacity:.1f} GiB per GPU", need,
+            f"{inputs.model_name} has {weights:.0f} GiB of weights; use more GPUs, a smaller "
+            "dtype, a shorter serving.max_model_len, or engram_placement: dram"))
+    return out

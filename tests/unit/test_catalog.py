@@ -1,0 +1,109 @@
+"""Every catalog number has a source; derived sizes match REFERENCE-DATA.md."""
+
+import pytest
+import yaml
+
+from compiler import arch, catalog
+from compiler.catalog.system import Sourced, SourcedText
+
+# REFERENCE-DATA.md B2: KV-cache bytes per token (whole model, one copy)
+KV_TABLE = {
+    ("deepseek-v3", "bf16"): 70_272, ("deepseek-v3", "fp8"): 35_136,
+    ("deepseek-r1", "bf16"): 70_272, ("deepseek-r1", "fp8"): 35_136,
+    ("deepseek-v3.2", "fp8"): 48_068,
+    ("kimi-k2", "bf16"): 70_272, ("kimi-k2", "fp8"): 35_136,
+    ("qwen3-235b-a22b", "bf16"): 192_512, ("qwen3-235b-a22b", "fp8"): 96_256,
+    ("qwen3-30b-a3b", "bf16"): 98_304, ("qwen3-30b-a3b", "fp8"): 49_152,
+    ("glm-4.5", "bf16"): 376_832, ("glm-4.5", "fp8"): 188_416,
+    ("llama-3.1-70b", "bf16"): 327_680, ("llama-3.1-70b", "fp8"): 163_840,
+    ("gpt-oss-120b", "bf16"): 36_864, ("gpt-oss-120b", "fp8"): 18_432,
+}
+
+# REFERENCE-DATA.md B: total / active parameters (billions)
+PARAMS = {
+    "deepseek-v3": (671, 37), "deepseek-v3.2": (671, 37), "kimi-k2": (1000, 32),
+    "qwen3-235b-a22b": (235, 22), "qwen3-30b-a3b": (30, 3), "glm-4.5": (355, 32),
+    "llama-3.1-70b": (70, 70), "gpt-oss-120b": (117, 5.1),
+}
+
+
+@pytest.mark.parametrize(("model", "dtype"), sorted(KV_TABLE))
+def test_kv_bytes_per_token_match_reference_table(model: str, dtype: str):
+    assert arch.kv_bytes_per_token(catalog.model(model).spec, dtype) == KV_TABLE[model, dtype]
+
+
+def test_gpt_oss_sliding_layers_are_capped_per_request():
+    spec = catalog.model("gpt-oss-120b").spec
+    assert arch.kv_window_bytes_per_request(spec, "bf16") == 36_864 * 128
+
+
+def test_deepseek_v3_attention_and_experts_match_b3():
+    spec = catalog.model("deepseek-v3").spec
+    assert round(arch.attention_params_per_layer(spec) / 1e6, 1) == 187.1
+    assert round(arch.params(spec).routed_experts / 1e9, 1) == 653.9
+
+
+@pytest.mark.parametrize("model", sorted(PARAMS))
+def test_total_and_active_parameters(model: str):
+    spec = catalog.model(model).spec
+    total, active = PARAMS[model]
+    assert arch.params(spec).total / 1e9 == pytest.approx(total, rel=0.04)
+    assert arch.active_params(spec) / 1e9 == pytest.approx(active, rel=0.06)
+
+
+def test_engram_bytes_of_v41_flash():
+    spec = catalog.model("deepseek-v4.1-flash").spec
+    assert arch.engram_bytes(spec) / arch.GIB == pytest.approx(2 * 94.4)
+
+
+def test_catalog_has_what_the_issue_lists():
+    assert set(catalog.system_names()) >= {"vera-rubin-nvl72", "gb300-nvl72", "gb200-nvl72",
+                                           "hgx-h200", "hgx-b200"}
+    assert set(catalog.model_names()) >= {
+        "deepseek-v4.1-flash", "deepseek-v3", "deepseek-r1", "deepseek-v3.2", "kimi-k2",
+        "qwen3-235b-a22b", "qwen3-30b-a3b", "glm-4.5", "llama-3.1-70b", "gpt-oss-120b"}
+    assert set(catalog.workload_names()) == {"fixed", "chat", "agentx"}
+
+
+def _sourced_leaves(obj: object) -> list[object]:
+    if isinstance(obj, Sourced | SourcedText):
+        return [obj]
+    fields = getattr(type(obj), "model_fields", {})
+    return [leaf for f in fields for leaf in _sourced_leaves(getattr(obj, f))]
+
+
+@pytest.mark.parametrize("name", catalog.system_names())
+def test_every_system_number_has_a_source(name: str):
+    system = catalog.system(name)
+    leaves = _sourced_leaves(system)
+    assert len(leaves) >= 25
+    for leaf in leaves:
+        assert leaf.source.startswith(("REFERENCE-DATA.md", "SYSTEM.md", "assumed", "measured"))
+
+
+@pytest.mark.parametrize("name", catalog.workload_names())
+def test_every_workload_number_has_a_source(name: str):
+    for leaf in _sourced_leaves(catalog.workload(name)):
+        assert leaf.source
+
+
+def _numeric_paths(data: object, prefix: str = "") -> list[str]:
+    if isinstance(data, dict):
+        return [p for k, v in data.items() for p in _numeric_paths(v, f"{prefix}.{k}".lstrip("."))]
+    return [prefix] if isinstance(data, int | float) and not isinstance(data, bool) else []
+
+
+@pytest.mark.parametrize("name", catalog.model_names())
+def test_every_model_number_has_a_source(name: str):
+    spec = yaml.safe_load(catalog.model_text(name))["spec"]
+    sources = spec.pop("sources")
+    for path in _numeric_paths(spec):
+        covering = [s for s in sources if s == "" or path == s or path.startswith(s + ".")]
+        assert covering, f"{name}: spec.{path} has no source"
+        assert all(sources[s].strip() for s in covering)
+
+
+def test_v41_flash_marks_unstated_numbers_assumed():
+    sources = catalog.model("deepseek-v4.1-flash").spec.sources
+    assert sources[""].startswith("assumed")
+    assert "SYSTEM.md" in sources["moe"]
