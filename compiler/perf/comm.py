@@ -1,0 +1,87 @@
+"""Communication costs: MoE all-to-all (dispatch/combine), all-reduce and KV transfers.
+
+Datasheet bandwidths times achieved efficiencies from REFERENCE-DATA.md D until measured
+(the multi-GPU calibration issue): DeepEP V2 on NVLink reaches ~81% of the per-direction
+bandwidth at EP8 and the GB200 one-sided all-to-all ~65-70% at EP64; DeepEP over RDMA reaches
+~95% of the NIC. Per-call floors: ~18-20 us dispatch and ~31 us combine on NVLink (TRT-LLM
+blog18); aiconfigurator's 10 us P2P and 5 us inter-rack latencies.
+"""
+
+import math
+from dataclasses import dataclass
+
+from compiler.catalog.system import System
+
+NVLINK_EFF_EP8 = 0.81  # REFERENCE-DATA.md D: DeepEP V2 726/900 GB/s
+NVLINK_EFF_EP64 = 0.67  # REFERENCE-DATA.md D: GB200 one-sided EP64 588-631 of 900
+RDMA_EFF = 0.95  # REFERENCE-DATA.md D: DeepEP RDMA 43-58 of ~50 GB/s (bottleneck link)
+DISPATCH_FLOOR_US = 19.0  # REFERENCE-DATA.md D: ~18-20 us dispatch floor
+COMBINE_FLOOR_US = 31.0  # REFERENCE-DATA.md D: ~31 us combine floor
+ALLREDUCE_EFF = 0.80  # assumed: NCCL ring bus bandwidth share of NVLink
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where an instance's collectives run: inside one NVLink domain, or across RDMA NICs."""
+
+    kind: str  # "nvlink" | "rdma"
+    gbytes_per_s: float  # per direction, per GPU
+    spans_trays: bool
+
+
+def instance_link(system: System, gpus: int, nic_gbps: float | None = None) -> Link:
+    domain = int(system.rack.nvlink_domain_gpus.value)
+    if gpus > domain:
+        return Link("rdma", (nic_gbps or system.tray.nic_gbps_per_gpu.value) / 8, True)
+    return Link("nvlink", system.gpu.nvlink_gbytes_per_s.value, gpus > system.gpus_per_tray)
+
+
+def _nvlink_eff(ranks: int) -> float:
+    """Efficiency falls from EP8 to EP64 with the number of peers (log-linear between)."""
+    if ranks <= 8:
+        return NVLINK_EFF_EP8
+    frac = min(1.0, math.log2(ranks / 8) / 3)
+    return NVLINK_EFF_EP8 + (NVLINK_EFF_EP64 - NVLINK_EFF_EP8) * frac
+
+
+def _bandwidth(link: Link, ranks: int) -> float:
+    """Achieved bytes per microsecond per GPU."""
+    eff = RDMA_EFF if link.kind == "rdma" else _nvlink_eff(ranks)
+    return link.gbytes_per_s * 1e3 * eff
+
+
+def all_to_all_us(system: System, link: Link, ranks: int, bytes_per_rank: float,
+                  combine: bool) -> float:
+    """One dispatch (or combine) of `bytes_per_rank` leaving each rank to its peers."""
+    if ranks <= 1:
+        return 0.0
+    floor = COMBINE_FLOOR_US if combine else DISPATCH_FLOOR_US
+    if link.kind == "rdma":
+        floor += system.latency.p2p_us.value
+    return floor + bytes_per_rank * (ranks - 1) / ranks / _bandwidth(link, ranks)
+
+
+def all_reduce_us(system: System, link: Link, ranks: int, nbytes: float) -> float:
+    """Ring all-reduce of `nbytes` per rank: 2(n-1)/n of the data crosses each link."""
+    if ranks <= 1:
+        return 0.0
+    latency = system.latency.mem_op_us.value * 2
+    if link.spans_trays:
+        latency += system.latency.cross_tray_allreduce_us.value
+    if link.kind == "rdma":
+        latency += system.latency.p2p_us.value
+    bw = link.gbytes_per_s * 1e3 * (RDMA_EFF if link.kind == "rdma" else ALLREDUCE_EFF)
+    return latency + 2 * (ranks - 1) / ranks * nbytes / bw
+
+
+def transfer_us(system: System, nbytes: float, kind: str) -> float:
+    """Move KV (or any buffer) over `kind`: nvlink (peer HBM), rdma (pool / other rack), c2c."""
+    if nbytes <= 0:
+        return 0.0
+    if kind == "nvlink":
+        bw = system.gpu.nvlink_gbytes_per_s.value * NVLINK_EFF_EP8
+    elif kind == "c2c":
+        bw = system.gpu.c2c_gbytes_per_s.value * ALLREDUCE_EFF
+    else:
+        bw = system.tray.nic_gbps_per_gpu.value / 8 * RDMA_EFF
+    return system.latency.p2p_us.value + nbytes / (bw * 1e3)

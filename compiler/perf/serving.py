@@ -1,0 +1,208 @@
+"""Serving model: from step times to what users and operators see.
+
+Closed loop: `concurrency` requests are in flight; each waits for prefill (queueing at the
+prefill ranks), moves its KV to a decode rank, then decodes `osl` tokens at the per-user rate
+of its decode batch. The request rate, decode batch and prefill utilisation are solved as one
+fixed point. Aggregated instances interleave prefill chunks with decode steps.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from compiler import arch
+from compiler.perf import comm
+from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
+from compiler.shapes import Shape
+
+Z90 = 1.2816  # standard normal 90th percentile
+ACCEPTANCE_CV = 0.10  # assumed: spread of speculative acceptance between requests
+MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
+
+
+@dataclass(frozen=True)
+class Workload:
+    isl: float
+    osl: float
+    isl_cv: float
+    osl_cv: float
+    concurrency: float
+    prefix_reuse: float
+    shared_prefix_tokens: float
+    sessions: float
+
+
+@dataclass(frozen=True)
+class Group:
+    """`count` identical instances of one role and shape, with their batch limits per DP rank."""
+
+    role: str  # prefill | decode | aggregated
+    shape: Shape
+    count: int
+    max_batch: int
+    max_batched_tokens: int
+    ctx: PerfContext
+
+    @property
+    def ranks(self) -> int:
+        return self.count * self.shape.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.count * self.shape.gpus
+
+
+@dataclass
+class Prediction:
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s_per_gpu: float
+    tokens_per_s_per_user_p50: float
+    tokens_per_s_per_user_p90: float
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    tpot_ms_p50: float
+    prefix_hit_rate: float
+    tokens_per_s_per_kw: float
+    requests_per_s: float
+    prefill_utilisation: float
+    instances: list[dict] = field(default_factory=list)
+    breakdown: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def prefix_hit_rate(w: Workload, pool_tokens: float) -> float:
+    """Share of input tokens served from cache: the reusable share, scaled down when the
+    working set (sessions x their distinct prefix) does not fit in the pool."""
+    working_set = w.sessions * w.shared_prefix_tokens
+    if w.prefix_reuse <= 0 or working_set <= 0:
+        return 0.0
+    return w.prefix_reuse * min(1.0, pool_tokens / working_set)
+
+
+def _decode_time(g: Group, batch: float, kv_len: float) -> StepTime:
+    return decode_step(g.ctx, g.shape, max(batch, 1e-3), kv_len)
+
+
+def _prefill_time(g: Group, new: float, cached: float) -> StepTime:
+    return prefill_step(g.ctx, g.shape, g.max_batched_tokens, max(1.0, new), cached)
+
+
+def _queue_wait(rho: float, service_us: float, q: float) -> float:
+    """Waiting time at quantile q of an M/M/1 queue with utilisation rho (a safe upper shape
+    for the prefill queue): P(W > t) = rho * exp(-(1 - rho) t / s)."""
+    if rho <= 1 - q:
+        return 0.0
+    rho = min(rho, 0.999)
+    return service_us * math.log(rho / (1 - q)) / (1 - rho)
+
+
+@dataclass(frozen=True)
+class _State:
+    rate: float  # requests per microsecond, whole deployment
+    batch: float  # decode requests per DP rank
+
+
+def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload,
+                          hit: float, power_w: float, total_gpus: int) -> Prediction:
+    ctx = decode[0].ctx
+    kv_len = w.isl + w.osl / 2
+    cached, new = w.isl * hit, w.isl * (1 - hit)
+    p_steps = {id(g): _prefill_time(g, new, cached) for g in prefill}
+    p_cap = sum(g.ranks * g.max_batched_tokens / p_steps[id(g)].us for g in prefill)  # tok/us
+    d_ranks = sum(g.ranks for g in decode)
+    max_slots = sum(g.ranks * g.max_batch for g in decode)
+
+    def decode_at(batch: float) -> tuple[float, dict[int, StepTime]]:
+        steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
+        slowest = max(s.us for s in steps.values())
+        return slowest, steps
+
+    def ttft(rate: float, q: float) -> float:
+        rho = rate * new / p_cap if p_cap else 1.0
+        g = prefill[0]
+        chunk_us = p_steps[id(g)].us
+        spread = 1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)
+        service = chunk_us * max(1.0, new * spread / g.max_batched_tokens)
+        transfer = comm.transfer_us(ctx.system, w.isl * arch.kv_bytes_per_token(
+            ctx.model, ctx.kv_dtype), "nvlink" if _one_domain(prefill + decode) else "rdma")
+        return service + transfer + _queue_wait(rho, chunk_us, q)
+
+    state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
+    for _ in range(60):
+        step_us, _steps = decode_at(state.batch)
+        decode_us = w.osl / ctx.acceptance * step_us
+        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), max_slots / decode_us)
+        rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
+        batch = min(rate * decode_us / max(d_ranks, 1), max(g.max_batch for g in decode))
+        nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
+        if abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12) and abs(nxt.batch - state.batch) < 1e-6:
+            break
+        state = nxt
+    step_us, steps = decode_at(state.batch)
+    return _finish(w, state, step_us, ttft(state.rate, 0.5), ttft(state.rate, 0.9), hit,
+                   power_w, total_gpus, ctx,
+                   [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
+                   + [_row(g, g.max_batched_tokens, p_steps[id(g)], "prefill_step_us")
+                      for g in prefill],
+                   {"decode": steps[id(decode[0])].rounded(),
+                    "prefill": p_steps[id(prefill[0])].rounded()},
+                   state.rate * new / p_cap if p_cap else 0.0)
+
+
+def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: float,
+                       total_gpus: int) -> Prediction:
+    """Each step of an aggregated rank decodes its batch and prefills the new tokens that
+    arrived meanwhile (chunked prefill). In steady state a rank admits batch * acceptance / osl
+    requests per step, so each step carries that many requests' new tokens of prefill."""
+    g = groups[0]
+    ctx = g.ctx
+    cached, new = w.isl * hit, w.isl * (1 - hit)
+    ranks = sum(x.ranks for x in groups)
+    batch = min(w.concurrency / ranks, g.max_batch)
+    chunk = _prefill_time(g, new, cached)
+    step = _decode_time(g, batch, w.isl + w.osl / 2)
+    prefill_tokens = batch * ctx.acceptance * new / w.osl
+    step.add("prefill_chunks", prefill_tokens * chunk.us / g.max_batched_tokens)
+    decode_us = w.osl / ctx.acceptance * step.us
+    budget = max(1.0, g.max_batched_tokens - batch * (1 + ctx.draft_tokens))
+    ttft50 = max(1.0, new / budget) * step.us
+    ttft90 = max(1.0, new * (1 + Z90 * w.isl_cv) / budget) * step.us
+    rate = min(w.concurrency / (ttft50 + decode_us), ranks * batch / decode_us)
+    return _finish(w, _State(rate, batch), step.us, ttft50, ttft90, hit, power_w, total_gpus,
+                   ctx, [_row(x, batch, step, "decode_step_us") for x in groups],
+                   {"decode": step.rounded(), "prefill": chunk.rounded()},
+                   prefill_tokens * chunk.us / g.max_batched_tokens / step.us)
+
+
+def _one_domain(groups: list[Group]) -> bool:
+    ctx = groups[0].ctx
+    return sum(g.gpus for g in groups) <= ctx.system.rack.nvlink_domain_gpus.value
+
+
+def _row(g: Group, batch: float, st: StepTime, key: str) -> dict:
+    return {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
+            "batch": round(batch, 2), key: round(st.us, 1)}
+
+
+def _finish(w: Workload, s: _State, step_us: float, ttft50: float, ttft90: float, hit: float,
+            power_w: float, gpus: int, ctx: PerfContext, rows: list[dict],
+            breakdown: dict, utilisation: float) -> Prediction:
+    tpot = step_us / ctx.acceptance
+    per_user = 1e6 / tpot
+    cv = math.hypot(ACCEPTANCE_CV if ctx.draft_tokens else 0.0, w.isl_cv / math.sqrt(
+        max(s.batch, 1.0)) * 0.5)
+    out_per_s = s.rate * 1e6 * w.osl
+    total_per_s = s.rate * 1e6 * (w.isl + w.osl)
+    return Prediction(
+        output_tokens_per_s_per_gpu=round(out_per_s / gpus, 1),
+        total_tokens_per_s_per_gpu=round(total_per_s / gpus, 1),
+        tokens_per_s_per_user_p50=round(per_user, 2),
+        tokens_per_s_per_user_p90=round(per_user / (1 + Z90 * cv), 2),
+        ttft_ms_p50=round(ttft50 / 1e3, 1),
+        ttft_ms_p90=round(ttft90 / 1e3, 1),
+        tpot_ms_p50=round(tpot / 1e3, 3),
+        prefix_hit_rate=round(hit, 4),
+        tokens_per_s_per_kw=round(total_per_s / (gpus * power_w / 1e3), 1),
+        requests_per_s=round(s.rate * 1e6, 3),
+        prefill_utilisation=round(utilisation, 4),
+        instances=rows,
+        breakdown=breakdown,
+    )

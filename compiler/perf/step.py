@@ -1,0 +1,272 @@
+"""Step models: the time of one decode step and of one prefill chunk under an engine shape.
+
+Composed per layer from operator costs (ops.py) and collectives (comm.py). A decode step runs
+`batch` requests per DP rank, each verifying 1 + k draft tokens; a prefill step runs a chunk of
+new tokens per DP rank whose attention also spans the request's cached prefix.
+"""
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from compiler import arch
+from compiler.catalog.system import System
+from compiler.perf import comm
+from compiler.perf.ops import OpModel
+from compiler.shapes import Shape
+from schemas.model import ModelSpec
+
+DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
+PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
+SKEW_SPREAD = 1.5  # assumed: busiest rank's expert load ~ mean + 1.5 sigma (Poisson routing)
+ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
+
+
+@dataclass(frozen=True)
+class PerfContext:
+    """Everything the step models need besides the shape and the batch."""
+
+    model: ModelSpec
+    system: System
+    ops: OpModel
+    kv_dtype: str
+    draft_tokens: int = 0  # k speculative tokens verified per step (0: none)
+    acceptance: float = 1.0  # tokens emitted per step per request
+    die_local: bool = True  # expert weights and LM head split by columns over memory domains
+    engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
+    nic_gbps: float | None = None
+
+
+@dataclass
+class StepTime:
+    breakdown: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    @property
+    def us(self) -> float:
+        return sum(self.breakdown.values())
+
+    def add(self, key: str, us: float) -> None:
+        self.breakdown[key] += us
+
+    def scaled(self, factor: float) -> "StepTime":
+        out = StepTime()
+        for k, v in self.breakdown.items():
+            out.add(k, v * factor)
+        return out
+
+    def merge(self, other: "StepTime") -> None:
+        for k, v in other.breakdown.items():
+            self.add(k, v)
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 2) for k, v in sorted(self.breakdown.items()) if v > 0}
+
+
+def _expert_placement(ctx: PerfContext) -> str:
+    return "local" if ctx.die_local else "interleaved"
+
+
+def _skew(local_experts: int, tokens_per_expert: float) -> float:
+    routed = max(1.0, local_experts * tokens_per_expert)
+    return 1.0 + SKEW_SPREAD / math.sqrt(routed)
+
+
+def _link(ctx: PerfContext, shape: Shape) -> comm.Link:
+    return comm.instance_link(ctx.system, shape.gpus, ctx.nic_gbps)
+
+
+def attention_layer(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
+                    kv_len: float, prefill: bool, sliding: bool = False) -> None:
+    """Projections and attention core of one layer: `seqs` sequences per DP rank, each with
+    `q_len` new tokens over `kv_len` cached ones."""
+    a = ctx.model.attention
+    tokens = max(1, round(seqs * q_len))
+    heads = max(1, a.heads // shape.tp)
+    if sliding and a.sliding_window:
+        kv_len = min(kv_len, a.sliding_window)
+    if a.kind == "mla":
+        _mla(ctx, st, seqs, q_len, kv_len, prefill, tokens, heads)
+    else:
+        _gqa(ctx, st, shape, seqs, q_len, kv_len, prefill, tokens, heads)
+    if shape.tp > 1:
+        nbytes = tokens * ctx.model.hidden_size * 2
+        st.add("all_reduce", comm.all_reduce_us(ctx.system, _link(ctx, shape), shape.tp, nbytes))
+
+
+def _gqa(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float, kv_len: float,
+         prefill: bool, tokens: int, heads: int) -> None:
+    m, ops = ctx.model, ctx.ops
+    a, h, w = m.attention, m.hidden_size, m.dtypes.weights
+    kv_heads = max(1, a.kv_heads // shape.tp)
+    st.add("attn_proj", ops.gemm(w, tokens, (heads + 2 * kv_heads) * a.head_dim, h))
+    new, n_seqs = max(1, round(q_len)), max(1, round(seqs))
+    if prefill:
+        per_seq = ops.attn_prefill(ctx.kv_dtype, new, heads, kv_heads, a.head_dim, True,
+                                   kv_len=round(kv_len))
+        st.add("attention", per_seq * seqs)
+    else:
+        st.add("attention", ops.attn_decode(ctx.kv_dtype, n_seqs, heads, kv_heads, a.head_dim,
+                                            max(1, round(kv_len)), q_len=new))
+    st.add("attn_proj", ops.gemm(w, tokens, h, heads * a.head_dim))
+
+
+def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: float,
+         prefill: bool, tokens: int, heads: int) -> None:
+    """MLA. Decode attends the compressed latent directly (absorbed W_UK / W_UV); prefill
+    expands the latent of new and cached tokens into per-head K/V (MHA). A sparse indexer
+    scores every context token and caps the attended ones at its top-k."""
+    m, ops = ctx.model, ctx.ops
+    a, h, w = m.attention, m.hidden_size, m.dtypes.weights
+    lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
+    nope, v = a.head_dim - rope, a.v_head_dim or a.head_dim
+    new, n_seqs = max(1, round(q_len)), max(1, round(seqs))
+    context = kv_len + (q_len if prefill else 0)
+    if a.q_lora_rank:
+        st.add("attn_proj", ops.gemm(w, tokens, a.q_lora_rank, h))
+        st.add("attn_proj", ops.gemm(w, tokens, heads * a.head_dim, a.q_lora_rank))
+    else:
+        st.add("attn_proj", ops.gemm(w, tokens, heads * a.head_dim, h))
+    st.add("attn_proj", ops.gemm(w, tokens, lora + rope, h))
+    attended = context
+    if a.indexer:
+        ix = a.indexer
+        st.add("indexer", ops.indexer(ctx.kv_dtype, n_seqs, new, ix.heads, ix.head_dim,
+                                      max(1, round(context))))
+        attended = min(context, ix.topk)
+    if prefill and not a.indexer:
+        expand = max(1, round(seqs * context))
+        st.add("attn_proj", ops.gemm(w, expand, heads * (nope + v), lora))
+        per_seq = ops.attn_prefill(ctx.kv_dtype, new, heads, heads, a.head_dim, True,
+                                   kv_len=round(kv_len), v_head_dim=v)
+        st.add("attention", per_seq * seqs)
+    else:
+        st.add("attn_proj", ops.gemm(w, tokens, heads * lora, nope))
+        st.add("attention", ops.attn_decode(ctx.kv_dtype, n_seqs, heads, 1, lora + rope,
+                                            max(1, round(attended)), q_len=new,
+                                            v_head_dim=lora))
+        st.add("attn_proj", ops.gemm(w, tokens, heads * v, lora))
+    st.add("attn_proj", ops.gemm(w, tokens, h, heads * v))
+
+
+def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
+              shared_fraction: float) -> None:
+    """Router, expert GEMMs on the busiest rank, expert-parallel all-to-all or TP all-reduce,
+    and the shared expert in `shared_fraction` of MoE layers."""
+    m, ops = ctx.model, ctx.ops
+    moe, h = m.moe, m.hidden_size
+    e_dtype, place = m.dtypes.experts, _expert_placement(ctx)
+    st.add("router", ops.gemm("bf16", tokens, moe.experts, h))
+    link = _link(ctx, shape)
+    if shape.dp > 1:  # DEP: tokens of every rank meet their experts through all-to-all
+        local = moe.experts // shape.ep
+        per_expert = tokens * shape.dp * moe.top_k / moe.experts
+        inter = moe.expert_intermediate
+        st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
+                                              tokens * moe.top_k * h * 1.0, combine=False))
+        st.add("combine", comm.all_to_all_us(ctx.system, link, shape.ep,
+                                             tokens * moe.top_k * h * 2.0, combine=True))
+    else:  # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
+        local = moe.experts // shape.ep
+        per_expert = tokens * moe.top_k / moe.experts
+        inter = moe.expert_intermediate // (shape.tp // shape.ep)
+        if shape.tp > 1:
+            st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
+    skew = _skew(local, per_expert)
+    st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter, skew=skew,
+                                           placement=place))
+    st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, inter, h, skew=skew,
+                                           placement=place))
+    if moe.shared_experts and shared_fraction > 0:
+        width = moe.shared_experts * moe.expert_intermediate // shape.tp
+        w = m.dtypes.weights
+        shared = ops.gemm(w, tokens, 2 * width, h) + ops.gemm(w, tokens, h, width)
+        st.add("shared_expert", shared * shared_fraction)
+
+
+def dense_ffn(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
+    m, ops = ctx.model, ctx.ops
+    width = m.dense_intermediate // shape.tp
+    w = m.dtypes.weights
+    st.add("dense_ffn", ops.gemm(w, tokens, 2 * width, m.hidden_size)
+           + ops.gemm(w, tokens, m.hidden_size, width))
+    if shape.tp > 1:
+        st.add("all_reduce", comm.all_reduce_us(ctx.system, _link(ctx, shape), shape.tp,
+                                                tokens * m.hidden_size * 2))
+
+
+def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
+            kv_len: float, prefill: bool, count: int | None = None) -> None:
+    """`count` layers (default: all) of attention + FFN; the first dense_layers are dense."""
+    m = ctx.model
+    tokens = max(1, round(seqs * q_len))
+    n = m.layers if count is None else count
+    sliding = m.attention.sliding_layers if count is None else 0
+    dense = m.dense_layers if count is None else 0
+    moe_n = n - dense if m.moe else 0
+    one_full, one_sliding = StepTime(), StepTime()
+    attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
+    st.merge(one_full.scaled(n - sliding))
+    if sliding:
+        attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
+        st.merge(one_sliding.scaled(sliding))
+    if dense or not m.moe:
+        one = StepTime()
+        dense_ffn(ctx, one, shape, tokens)
+        st.merge(one.scaled(dense if m.moe else n))
+    if moe_n:
+        one = StepTime()
+        moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction)
+        st.merge(one.scaled(moe_n))
+    if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
+        st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
+
+
+def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
+    m = ctx.model
+    st.add("lm_head", ctx.ops.gemm(m.dtypes.weights, max(1, rows), m.vocab_size // shape.tp,
+                                   m.hidden_size, placement=_expert_placement(ctx)))
+
+
+def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
+    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink."""
+    e = ctx.model.engram
+    if not e:
+        return
+    nbytes = tokens * e.tables * ctx.model.hidden_size * ENGRAM_ROW_BYTES_PER_HIDDEN
+    local = nbytes / max(1, ctx.engram_gpus)
+    st.add("engram", ctx.ops.copy(2 * local)
+           + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))
+
+
+def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
+    """One decode step on each DP rank: `batch` requests verify 1 + k tokens over `kv_len`
+    cached tokens on average, then the draft model proposes the next k tokens."""
+    st = StepTime()
+    q = 1 + ctx.draft_tokens
+    _layers(ctx, st, shape, batch, q, kv_len, prefill=False)
+    _lm_head(ctx, st, shape, round(batch * q))
+    _engram(ctx, st, max(1, round(batch * q)))
+    if ctx.draft_tokens and ctx.model.draft:
+        draft = StepTime()
+        _layers(ctx, draft, shape, batch, 1, kv_len, prefill=False, count=ctx.model.draft.layers)
+        _lm_head(ctx, draft, shape, round(batch))
+        st.add("draft", draft.us * ctx.draft_tokens)
+    st.add("overhead", DECODE_OVERHEAD_US)
+    return st
+
+
+def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float,
+                 cached_per_seq: float) -> StepTime:
+    """One prefill chunk of `tokens` new tokens per DP rank, cut from requests that each bring
+    `new_per_seq` new tokens after `cached_per_seq` cached ones (their attention spans both)."""
+    st = StepTime()
+    seqs = tokens / max(1.0, new_per_seq)
+    _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
+    _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
+    _engram(ctx, st, tokens)
+    st.add("overhead", PREFILL_OVERHEAD_US)
+    return st
+
+
+def kv_bytes_per_token(ctx: PerfContext) -> int:
+    return arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype)

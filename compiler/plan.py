@@ -1,0 +1,178 @@
+"""The Plan IR: the single source of truth every target reads.
+
+Frozen and canonical: collections are sorted by id, floats rounded, no timestamps, hostnames of
+this machine or absolute paths, so the same inputs give a byte-identical `plan.yaml`.
+Targets import this module only.
+"""
+
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+PLAN_API = "rackc.dev/v1alpha1"
+Role = Literal["prefill", "decode", "aggregated"]
+Source = str  # "user" | "default" | "solver" | "rule:<id>"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tray(Frozen):
+    id: str  # r0-t07
+    node_name: str
+    nvlink_domain: str  # nvl0
+    gpus: list[str]
+    available: bool
+
+
+class Hardware(Frozen):
+    system: str
+    form: Literal["nvl72", "hgx"]
+    gpu_family: Literal["hopper", "blackwell", "rubin"]
+    gpu_product: str  # node label value nvidia.com/gpu.product
+    arch: Literal["arm64", "amd64"]
+    gpus_per_tray: int
+    domains_per_gpu: int
+    hbm_gib_per_gpu: float
+    rdma_devices_per_tray: int
+    node_labels: dict[str, str]
+    trays: list[Tray]
+    unavailable_gpus: list[str]
+
+
+class ModelInfo(Frozen):
+    name: str
+    hf_id: str
+    architecture: str
+    attention: Literal["mla", "gqa", "mha"]
+    sparse_attention: bool
+    weights_dtype: str
+    experts_dtype: str
+    moe: bool
+    experts: int
+    engram_tables: int
+    engram_table_bytes: int
+
+
+class Speculative(Frozen):
+    method: str
+    draft_tokens: int
+    acceptance: float
+
+
+class Serving(Frozen):
+    name: str  # deployment metadata.name
+    namespace: str
+    image: str
+    vllm_version: str
+    hf_token_secret: str
+    kv_cache_dtype: Literal["fp8", "bf16"]
+    block_size: int
+    max_model_len: int
+    speculative: Speculative | None
+    engram_placement: Literal["hbm", "dram"]
+
+
+class Instance(Frozen):
+    id: str  # {role}-{index:02d}
+    role: Role
+    shape: str  # DEP2 | DEP16 | TP8 | TP8EP8 ...
+    gpus: list[str]  # rank order: rank i runs on gpus[i]
+    trays: list[str]
+    dp: int
+    ep: int
+    tp: int
+    max_batch: int  # requests per DP rank (--max-num-seqs)
+    max_batched_tokens: int  # tokens per DP rank per step (--max-num-batched-tokens)
+    gpu_memory_utilization: float
+
+
+class DomainMemory(Frozen):
+    weights_gib: float
+    kv_gib: float
+    engram_gib: float
+    pool_gib: float
+    workspace_gib: float
+    capacity_gib: float
+
+
+class EngramShard(Frozen):
+    table: int
+    shard: int
+    domain: str
+    offset_bytes: int
+    bytes: int
+    group: str  # "prefill" (peer group) or a decode instance id
+
+
+class PoolSegment(Frozen):
+    kind: Literal["dram", "hbm"]
+    location: str  # tray id (dram) or memory domain id (hbm)
+    gib: float
+
+
+class KvPool(Frozen):
+    enabled: bool
+    segments: list[PoolSegment]
+    total_gib: float
+
+
+class Routing(Frozen):
+    policy: str
+    overlap_score_credit: float
+    block_size: int
+
+
+class SolverInfo(Frozen):
+    status: str
+    objective: float
+    bound: float
+    seconds: float  # CP-SAT deterministic time: reproducible, unlike wall time
+
+
+class Decision(Frozen):
+    path: str
+    value: str
+    source: Source
+    why: str
+
+
+class Plan(Frozen):
+    apiVersion: str = PLAN_API
+    kind: str = "Plan"
+    inputs_digest: str
+    hardware: Hardware
+    model: ModelInfo
+    serving: Serving
+    instances: list[Instance]
+    memory: dict[str, DomainMemory]
+    engram_shards: list[EngramShard]
+    kv_pool: KvPool
+    routing: Routing
+    solver: SolverInfo
+    predicted: dict
+    decisions: list[Decision]
+
+    def instance(self, instance_id: str) -> Instance:
+        return next(i for i in self.instances if i.id == instance_id)
+
+    def tray(self, tray_id: str) -> Tray:
+        return next(t for t in self.hardware.trays if t.id == tray_id)
+
+
+def dump_plan(plan: Plan) -> str:
+    """plan.yaml: block style, keys in model order, no aliases, final newline."""
+    data = plan.model_dump(mode="json")
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=100)
+
+
+def load_plan(text: str) -> Plan:
+    return Plan.model_validate(yaml.safe_load(text))
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: object) -> bool:
+        return True
