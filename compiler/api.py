@@ -1,12 +1,28 @@
-"""The public entry points the CLI calls: each takes paths/inputs and returns data, no printing."""
+"""The public entry points the CLI calls: each takes paths/inputs and returns data, no printing.
+`write_artifacts` and `write_text_atomic` are the only functions that touch the file system."""
 
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from compiler import arch, graph
+from compiler.decisions import decisions
 from compiler.graph import build_graph
-from compiler.load import load_inputs
+from compiler.load import Inputs, display_name, load_inputs
+from compiler.lower import lower
+from compiler.perf.predict import Layout, curve, predict_layout, prediction_json
+from compiler.plan import Instance, Plan, dump_plan, load_plan
 from compiler.precheck import kv_dtype, precheck
-from schemas.diagnostics import CompileError
+from compiler.shapes import parse_shape
+from compiler.solve import solve
+from compiler.targets_registry import targets
+from schemas.diagnostics import CompileError, Diagnostic
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
               "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
@@ -48,8 +64,133 @@ def failed_check(error: CompileError) -> dict:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write through a temporary file and rename, so a failure never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def read_plan(path: Path) -> Plan:
+    """A plan.yaml written by `rackc compile`, or a diagnostic."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return load_plan(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompileError([Diagnostic("error", "E001", display_name(path), 0, 0, "",
+                                       "a readable plan.yaml", str(exc),
+                                       "run `rackc compile ... -o OUT` first")]) from None
+    except (ValueError, TypeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0]
+        raise CompileError([Diagnostic("error", "E602", display_name(path), 0, 0, "",
+                                       "a plan.yaml written by rackc compile", first,
+                                       "pass OUT/plan.yaml")]) from None
+
+
+def diff_plans(a: Plan, b: Plan) -> list[str]:
+    """Human-readable differences: instances added, removed or moved; metrics that changed."""
+    out = []
+    ia, ib = {i.id: i for i in a.instances}, {i.id: i for i in b.instances}
+    for key in sorted(set(ia) | set(ib)):
+        x, y = ia.get(key), ib.get(key)
+        if x is None:
+            out.append(f"+ {key}: {y.shape} on {','.join(y.trays)}")
+        elif y is None:
+            out.append(f"- {key}: {x.shape} on {','.join(x.trays)}")
+        elif (x.shape, x.gpus, x.max_batch) != (y.shape, y.gpus, y.max_batch):
+            out.append(f"~ {key}: {x.shape} on {','.join(x.trays)} (batch {x.max_batch}) -> "
+                       f"{y.shape} on {','.join(y.trays)} (batch {y.max_batch})")
+    for key in sorted(set(a.memory) | set(b.memory)):
+        if a.memory.get(key) != b.memory.get(key):
+            out.append(f"~ memory.{key}: {_mem(a.memory.get(key))} -> {_mem(b.memory.get(key))}")
+    for key, va in a.predicted.items():
+        vb = b.predicted.get(key)
+        if isinstance(va, int | float) and va != vb:
+            out.append(f"~ predicted.{key}: {va} -> {vb}")
+    if a.solver.status != b.solver.status or a.solver.objective != b.solver.objective:
+        out.append(f"~ solver: {a.solver.status} {a.solver.objective} -> "
+                   f"{b.solver.status} {b.solver.objective}")
+    return out
+
+
+def _mem(m: object) -> str:
+    if m is None:
+        return "unused"
+    return ", ".join(f"{k} {v:g}" for k, v in m.model_dump().items() if v)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    plan: Plan
+    artifacts: dict[str, str | bytes]  # path relative to OUT -> content
+    seconds: dict[str, float]  # wall time per phase, for build_info only
+
+
+def layouts(instances: list[Instance]) -> list[Layout]:
+    """Instances grouped by (role, shape, batch limit) for the perf model."""
+    counts = Counter((i.role, i.shape, i.max_batch) for i in instances)
+    return [Layout(role, parse_shape(shape), n, batch)
+            for (role, shape, batch), n in sorted(counts.items())]
+
+
+def predicted(inputs: Inputs, instances: list[Instance]) -> dict:
+    groups = layouts(instances)
+    data = prediction_json(predict_layout(inputs, groups))
+    data["curve"] = curve(inputs, groups)
+    return data
+
+
+def compile(deployment: Path, only: tuple[str, ...] | None = None) -> CompileResult:
+    """Load, check, solve, lower, predict and emit. Raises CompileError (exit 2 or 3)."""
+    clock = {"start": time.perf_counter()}
+    inputs = load_inputs(deployment)
+    g = build_graph(inputs)
+    pre = precheck(inputs, g)
+    if not pre.ok:
+        raise CompileError(pre.diagnostics, exit_code=3)
+    clock["loaded"] = time.perf_counter()
+    sol = solve(inputs, g, pre)
+    clock["solved"] = time.perf_counter()
+    draft = lower(inputs, g, sol, {}, [])
+    plan = draft.model_copy(update={
+        "predicted": predicted(inputs, draft.instances),
+        "decisions": decisions(inputs, sol, draft.instances)})
+    clock["planned"] = time.perf_counter()
+    artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
+    for name, emit in targets().items():
+        if only is None or name in only:
+            artifacts.update(emit(plan))
+    clock["emitted"] = time.perf_counter()
+    names = list(clock)
+    seconds = {f"{b}": round(clock[b] - clock[a], 4) for a, b in zip(names, names[1:])}
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds)
+
+
+def write_artifacts(out: Path, artifacts: dict[str, str | bytes]) -> None:
+    """Write everything into a fresh temporary sibling of OUT, then swap it in: on any error
+    OUT is left as it was, never half-written."""
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel, content in artifacts.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8", newline="\n")
+        old = None
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+        staging.rename(out)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -4,6 +4,7 @@ on the user's behalf (and `write_artifacts`, which it calls)."""
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,6 +82,104 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_progress(label: str, work: Callable[[], object]) -> object:
+    """Run `work`; if it takes more than a second, show a progress line on stderr meanwhile."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    done = threading.Event()
+    status = console.status(f"rackc: {label}...")
+
+    def show() -> None:
+        if not done.wait(1.0):
+            status.start()
+
+    watcher = threading.Thread(target=show, daemon=True)
+    watcher.start()
+    try:
+        return work()
+    finally:
+        done.set()
+        watcher.join()
+        status.stop()
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    only = tuple(args.targets.split(",")) if args.targets else None
+    try:
+        result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only))
+        api.write_artifacts(Path(args.output), result.artifacts)
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    plan = result.plan
+    if args.format == "json":
+        _print_json({"out": args.output, "files": sorted(result.artifacts),
+                     "solver": plan.solver.model_dump(), "predicted": {
+                         k: v for k, v in plan.predicted.items() if k != "curve"}})
+        return 0
+    print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
+          f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
+          f"goodput {plan.solver.objective:g} requests/s")
+    for i in plan.instances:
+        print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
+    p = plan.predicted
+    print(f"predicted: {p['tokens_per_s_per_user_p90']:g} tokens/s per user (P90), "
+          f"TTFT P90 {p['ttft_ms_p90']:g} ms, {p['total_tokens_per_s_per_gpu']:g} tokens/s per "
+          f"GPU; wrote {len(result.artifacts)} files to {args.output}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    try:
+        result = _with_progress("predicting", lambda: api.compile(
+            Path(args.deployment), ("report",) if args.plot else ()))
+        if args.plot:
+            api.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"])
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    p = result.plan.predicted
+    if args.format == "json":
+        _print_json(p)
+        return 0
+    for key, value in p.items():
+        if key not in ("instances", "breakdown", "curve"):
+            print(f"{key}: {value}")
+    for row in p["instances"]:
+        print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    try:
+        plan = api.read_plan(Path(args.plan))
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    prefix = args.path or ""
+    rows = [d for d in plan.decisions if d.path == prefix or d.path.startswith(prefix)]
+    if not rows:
+        _report([Diagnostic("error", "E601", display_name(Path(args.plan)), 0, 0, prefix,
+                            "a decision path", repr(prefix),
+                            "run `rackc explain PLAN` to list every decision")])
+        return 2
+    for d in rows:
+        print(f"{d.path} = {d.value}  [{d.source}]  {d.why}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    try:
+        a, b = api.read_plan(Path(args.a)), api.read_plan(Path(args.b))
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    lines = api.diff_plans(a, b)
+    print("\n".join(lines) if lines else "no differences")
+    return 1 if lines else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rackc", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -99,6 +198,29 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("-o", "--output")
     imp.add_argument("--name", help="metadata.name of the model (default: from the config)")
     imp.set_defaults(run=cmd_import_hf)
+
+    comp = sub.add_parser("compile", help="solve, place, predict and emit every target")
+    comp.add_argument("deployment")
+    comp.add_argument("-o", "--output", required=True, help="output folder (replaced whole)")
+    comp.add_argument("--targets", help="comma-separated subset of targets to emit")
+    comp.add_argument("--format", choices=("text", "json"), default="text")
+    comp.set_defaults(run=cmd_compile)
+
+    pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
+    pred.add_argument("deployment")
+    pred.add_argument("--format", choices=("text", "json"), default="text")
+    pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.set_defaults(run=cmd_predict)
+
+    exp = sub.add_parser("explain", help="why a decision in a plan was made")
+    exp.add_argument("plan")
+    exp.add_argument("path", nargs="?")
+    exp.set_defaults(run=cmd_explain)
+
+    diff = sub.add_parser("diff", help="what moved between two plans (exit 1 when they differ)")
+    diff.add_argument("a")
+    diff.add_argument("b")
+    diff.set_defaults(run=cmd_diff)
     return parser
 
 

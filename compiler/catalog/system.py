@@ -27,6 +27,7 @@ class Tflops(_Strict):
 
 class Gpu(_Strict):
     name: str
+    family: Literal["hopper", "blackwell", "rubin"]
     product_label: SourcedText
     hbm_gib: Sourced
     memory_domains: Sourced

@@ -1,34 +1,88 @@
 """Operator costs: a roofline with efficiency curves, per system and dtype.
 
-t(op) = overhead + max(flops / (peak * e_c(size)), bytes / (bw * e_m))
+    t(op) = overhead + max(flops / (peak * e_c), bytes / min(bw * e_mem, streams * stream_bw))
 
-e_c(size) = e_max * size / (size + size_half) rises with the op's parallel work (GEMM rows,
-tokens per expert, query rows) and saturates; e_m is the share of HBM bandwidth a streaming
-kernel reaches. Both are <= 1, so no prediction beats the roofline. The curves' parameters come
-from a calibration file measured on a real GPU (`rackc calibrate`); systems without one use the
-H200's fitted curves scaled by their datasheet peaks (`assumed`), and with no calibration at all
-the defaults below (REFERENCE-DATA.md D) apply.
+    e_c = e_max * size / (size + size_half) * depth / (depth + depth_half)
+
+* `size` is the parallel work that fills an MMA tile (GEMM rows M, tokens per expert, query
+  rows per KV head, the KV length each query attends in prefill); small sizes waste the tile.
+* `depth` is the reduction each output tile loops over (GEMM K, attention head_dim); a short
+  loop leaves the tile's fixed prologue and epilogue unamortised.
+* `streams` counts the independent memory streams (128-wide weight column tiles, or
+  (sequence, KV head) pairs); a kernel with few of them is bound by what one stream pulls
+  (`stream_gbps`), not by HBM.
+* `e_max`, `e_mem` <= 1 and the other terms only add time, so no prediction beats the
+  roofline; a system with higher peaks or bandwidth never predicts slower for the same curves.
+
+The curves' parameters come from a calibration file fitted to measurements on a real GPU
+(`rackc calibrate`, compiler/perf/fit.py); systems without measurements carry the H200's
+curves on their own datasheet peaks (`assumed`), and with no calibration at all the defaults
+below (REFERENCE-DATA.md D) apply. Memory-bound ops take a `placement` for GPUs with two
+memory domains (Rubin): die-local data streams at full bandwidth, interleaved and
+other-domain data at the system's `hbm_interleaved_factor` / `hbm_remote_factor`.
 """
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
+
+import numpy as np
 
 from compiler.catalog.system import System
 
-BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}
+DTYPES = ("bf16", "fp8", "fp4")
+BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}  # fp4: 4-bit values + one fp8 scale per 16
+PLACEMENTS = ("local", "interleaved", "remote")
+ANY_DTYPE = "any"  # curve key of ops without a dtype (copy)
+TILE = 128  # columns of one CTA output tile: the Hopper/Blackwell CUTLASS default 128x128
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one operator asks of a GPU. Fields may be numpy arrays (the fitter evaluates many
+    measurements at once); see the module docstring for `size`, `depth` and `streams`."""
+
+    flops: float
+    nbytes: float
+    size: float = 1.0
+    depth: float = 1.0
+    streams: float = math.inf
 
 
 @dataclass(frozen=True)
 class Curve:
-    """Efficiency curve of one op family and dtype."""
+    """Efficiency curve of one op family and dtype (see the module docstring)."""
 
-    e_max: float  # compute efficiency at large sizes
+    e_max: float  # compute efficiency at large size and depth
     size_half: float  # size at which half of e_max is reached
     e_mem: float  # share of peak HBM bandwidth reached when memory-bound
-    overhead_us: float  # launch and tail cost
+    overhead_us: float  # launch, prologue and tail cost
+    depth_half: float = 0.0  # reduction length at which half of e_max is reached
+    stream_gbps: float = 0.0  # bandwidth one memory stream reaches; 0: unlimited
 
-    def compute_eff(self, size: float) -> float:
-        return self.e_max * size / (size + self.size_half)
+    def __post_init__(self) -> None:
+        if not (0 < self.e_max <= 1 and 0 < self.e_mem <= 1):
+            raise ValueError(f"efficiencies must be in (0, 1]: {self}")
+        if min(self.size_half, self.overhead_us, self.depth_half, self.stream_gbps) < 0:
+            raise ValueError(f"curve terms must be >= 0: {self}")
 
+    def compute_eff(self, size: float, depth: float = 1.0) -> float:
+        return (self.e_max * size / (size + self.size_half)
+                * depth / (depth + self.depth_half))
+
+    def bytes_per_us(self, work: Work, hbm_bytes_per_us: float) -> float:
+        """Achieved bandwidth: HBM's share, or what the op's memory streams pull together."""
+        hbm = hbm_bytes_per_us * self.e_mem
+        if not self.stream_gbps:
+            return hbm
+        return np.minimum(hbm, work.streams * self.stream_gbps * 1e3)
+
+    def time_us(self, work: Work, flops_per_us: float, hbm_bytes_per_us: float) -> float:
+        compute = work.flops / (flops_per_us * self.compute_eff(work.size, work.depth))
+        memory = work.nbytes / self.bytes_per_us(work, hbm_bytes_per_us)
+        return self.overhead_us + np.maximum(compute, memory)
+
+
+CURVE_FIELDS = tuple(f.name for f in fields(Curve))
 
 # REFERENCE-DATA.md D: prefill FP8 GEMM ~55-65% of peak, memory-bound ops 80% of HBM BW + 3 us
 # (aiconfigurator); grouped GEMM 55-66% at large token counts; FlashMLA ~90% BW.
@@ -39,6 +93,76 @@ DEFAULT_CURVES: dict[str, Curve] = {
     "attn_prefill": Curve(0.60, 512.0, 0.80, 5.0),
     "copy": Curve(1.0, 1.0, 0.80, 3.0),
 }
+# An op without curves of its own borrows a kindred op's: the indexer streams a key cache
+# against a few query rows, as decode attention does.
+KINDRED = {"indexer": "attn_decode"}
+
+
+def _act_bytes(dtype: str) -> float:
+    """fp4 weights multiply fp8 activations (block-scaled MMA); others keep their dtype."""
+    return BYTES["fp8"] if dtype == "fp4" else BYTES[dtype]
+
+
+def gemm_work(dtype: str, m: float, n: int, k: int) -> Work:
+    """y[M,N] = x[M,K] @ W[N,K]^T with a bf16 output."""
+    nbytes = n * k * BYTES[dtype] + m * k * _act_bytes(dtype) + m * n * 2
+    return Work(2.0 * m * n * k, nbytes, size=m, depth=k, streams=math.ceil(n / TILE))
+
+
+def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
+                      skew: float = 1.0) -> Work:
+    """E expert GEMMs [T,K] x [K,N]; with fewer than one token per expert only E*T experts
+    are read. `skew` >= 1 scales every expert's tokens to the busiest one's (critical path)."""
+    t = tokens_per_expert * skew
+    active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
+    nbytes = active * n * k * BYTES[dtype] + experts * t * (k * _act_bytes(dtype) + n * 2)
+    return Work(2.0 * experts * t * n * k, nbytes, size=t, depth=k,
+                streams=active * math.ceil(n / TILE))
+
+
+def attn_decode_work(dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
+                     kv_len: int, q_len: int = 1, v_head_dim: int | None = None,
+                     topk: int | None = None) -> Work:
+    """`batch` sequences attend `q_len` new tokens each over `kv_len` cached tokens (capped at
+    `topk` by a sparse indexer). MLA: kv_heads 1, head_dim = latent + rope and v_head_dim =
+    latent; V is a slice of the cached latent, which is read once."""
+    v_dim = v_head_dim or head_dim
+    attended = min(kv_len, topk) if topk else kv_len
+    latent = v_head_dim is not None and kv_heads == 1
+    row = head_dim if latent else head_dim + v_dim
+    kv_bytes = batch * attended * kv_heads * row * BYTES[dtype]
+    q_bytes = batch * q_len * q_heads * (head_dim + v_dim) * 2  # queries in, outputs out
+    flops = 2.0 * batch * q_len * q_heads * attended * (head_dim + v_dim)
+    return Work(flops, kv_bytes + q_bytes, size=q_len * q_heads / kv_heads, depth=head_dim,
+                streams=batch * kv_heads)
+
+
+def attn_prefill_work(dtype: str, seq_len: int, q_heads: int, kv_heads: int, head_dim: int,
+                      causal: bool = True, kv_len: int = 0,
+                      v_head_dim: int | None = None) -> Work:
+    """`seq_len` new tokens attending themselves (causal or not) plus `kv_len` cached ones."""
+    v_dim = v_head_dim or head_dim
+    pairs = seq_len * kv_len + (seq_len * (seq_len + 1) / 2 if causal else seq_len ** 2)
+    nbytes = (seq_len * (q_heads + 2 * kv_heads) * head_dim * 2
+              + kv_len * kv_heads * (head_dim + v_dim) * BYTES[dtype]
+              + seq_len * q_heads * v_dim * 2)
+    return Work(2.0 * q_heads * pairs * (head_dim + v_dim), nbytes, size=pairs / seq_len,
+                depth=head_dim, streams=q_heads * math.ceil(seq_len / TILE))
+
+
+def indexer_work(dtype: str, batch: int, q_len: int, heads: int, head_dim: int,
+                 kv_len: int) -> Work:
+    """Sparse attention's lightning indexer: MQA logits of `heads` query heads against one
+    key per cached token, then a top-k over the float32 logits (written and read back)."""
+    flops = 2.0 * batch * q_len * heads * kv_len * head_dim
+    nbytes = (batch * kv_len * head_dim * BYTES[dtype] + batch * q_len * heads * head_dim * 2
+              + 2 * batch * q_len * kv_len * 4)
+    return Work(flops, nbytes, size=q_len * heads, depth=head_dim, streams=batch)
+
+
+def copy_work(nbytes: float) -> Work:
+    """A device copy; `nbytes` counts bytes read plus bytes written."""
+    return Work(0.0, nbytes)
 
 
 @dataclass(frozen=True)
@@ -51,88 +175,80 @@ class OpModel:
     bw_scale: float = 1.0  # <1 when an op only reaches part of the GPU's HBM (remote domain)
 
     def curve(self, op: str, dtype: str) -> Curve:
-        by_dtype = self.curves.get(op, {})
-        return by_dtype.get(dtype) or by_dtype.get("bf16") or DEFAULT_CURVES[op]
+        """The op's curve for `dtype`; fp4 falls back to fp8 (same MMA path on fp8 hardware,
+        assumed elsewhere), any dtype to bf16, an uncalibrated op to its kindred op."""
+        for name in (op, KINDRED.get(op)):
+            by_dtype = self.curves.get(name or "", {})
+            for key in (dtype, "fp8" if dtype == "fp4" else dtype, "bf16", ANY_DTYPE):
+                if key in by_dtype:
+                    return by_dtype[key]
+        return DEFAULT_CURVES[KINDRED.get(op, op)]
 
     def peak_tflops(self, dtype: str) -> float:
         return self.system.tflops(dtype)
 
-    def hbm_bytes_per_us(self, placement: str = "interleaved") -> float:
-        """HBM bandwidth seen by a kernel whose data sits `placement` relative to its SMs:
-        die-local, interleaved over the GPU's memory domains, or on the other domain."""
+    def hbm_bytes_per_us(self, placement: str = "local") -> float:
+        """HBM bandwidth reachable for data placed `placement` relative to the reading SMs."""
         gpu = self.system.gpu
         factor = {"local": 1.0, "interleaved": gpu.hbm_interleaved_factor.value,
                   "remote": gpu.hbm_remote_factor.value}[placement]
         return gpu.hbm_tbytes_per_s.value * 1e6 * self.bw_scale * factor
 
     def roofline_us(self, flops: float, nbytes: float, dtype: str) -> float:
-        return max(flops / (self.peak_tflops(dtype) * 1e6), nbytes / self.hbm_bytes_per_us("local"))
+        return max(flops / (self.peak_tflops(dtype) * 1e6), nbytes / self.hbm_bytes_per_us())
 
-    def _time(self, op: str, dtype: str, flops: float, nbytes: float, size: float,
-              placement: str = "interleaved") -> float:
-        c = self.curve(op, dtype)
-        compute = flops / (self.peak_tflops(dtype) * 1e6 * c.compute_eff(size)) if flops else 0.0
-        memory = nbytes / (self.hbm_bytes_per_us(placement) * c.e_mem)
-        return c.overhead_us + max(compute, memory)
+    def time_us(self, op: str, dtype: str, work: Work, placement: str = "interleaved") -> float:
+        peak = self.peak_tflops("bf16" if dtype == ANY_DTYPE else dtype) * 1e6
+        return float(self.curve(op, dtype).time_us(work, peak, self.hbm_bytes_per_us(placement)))
 
     def gemm(self, dtype: str, m: int, n: int, k: int, placement: str = "interleaved") -> float:
         """y[M,N] = x[M,K] @ W[N,K]^T; activations in the weight dtype (fp4: fp8 activations)."""
-        act = BYTES["fp8"] if dtype == "fp4" else BYTES[dtype]
-        nbytes = n * k * BYTES[dtype] + m * k * act + m * n * 2
-        return self._time("gemm", dtype, 2.0 * m * n * k, nbytes, m, placement)
+        return self.time_us("gemm", dtype, gemm_work(dtype, m, n, k), placement)
 
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
                      skew: float = 1.0, placement: str = "interleaved") -> float:
         """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest expert's load over the mean,
         which sets the step's critical path when routing is uneven."""
-        t = tokens_per_expert * skew
-        act = BYTES["fp8"] if dtype == "fp4" else BYTES[dtype]
-        active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
-        nbytes = active * n * k * BYTES[dtype] + experts * t * (k * act + n * 2)
-        flops = 2.0 * experts * t * n * k
-        return self._time("grouped_gemm", dtype, flops, nbytes, max(t, 1e-9), placement)
+        work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew)
+        return self.time_us("grouped_gemm", dtype, work, placement)
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
-                    kv_len: int, q_len: int = 1, v_head_dim: int | None = None) -> float:
+                    kv_len: int, q_len: int = 1, v_head_dim: int | None = None,
+                    topk: int | None = None, placement: str = "interleaved") -> float:
         """Each of `batch` sequences attends `q_len` new tokens over `kv_len` cached tokens
-        (MLA: kv_heads 1, head_dim = latent + rope, v_head_dim = latent)."""
-        v_dim = v_head_dim or head_dim
-        kv_bytes = batch * kv_len * kv_heads * (head_dim + v_dim) * BYTES[dtype]
-        if v_head_dim is not None and kv_heads == 1:  # MLA: V is the K latent, read once
-            kv_bytes = batch * kv_len * head_dim * BYTES[dtype]
-        q_bytes = batch * q_len * q_heads * (head_dim + v_dim) * 2
-        flops = 2.0 * batch * q_len * q_heads * kv_len * (head_dim + v_dim)
-        return self._time("attn_decode", dtype, flops, kv_bytes + q_bytes,
-                          q_len * q_heads / kv_heads)
+        (MLA: kv_heads 1, head_dim = latent + rope, v_head_dim = latent; sparse attention:
+        `topk` caps the attended tokens, the indexer is costed by `indexer`)."""
+        work = attn_decode_work(dtype, batch, q_heads, kv_heads, head_dim, kv_len, q_len,
+                                v_head_dim, topk)
+        return self.time_us("attn_decode", dtype, work, placement)
 
     def attn_prefill(self, dtype: str, seq_len: int, q_heads: int, kv_heads: int, head_dim: int,
                      causal: bool = True, kv_len: int = 0, v_head_dim: int | None = None) -> float:
         """`seq_len` new tokens attending themselves (causal) plus `kv_len` cached tokens."""
-        v_dim = v_head_dim or head_dim
-        pairs = seq_len * kv_len + (seq_len * (seq_len + 1) / 2 if causal else seq_len ** 2)
-        flops = 2.0 * q_heads * pairs * (head_dim + v_dim)
-        nbytes = (seq_len * (q_heads + 2 * kv_heads) * head_dim * 2
-                  + kv_len * kv_heads * (head_dim + v_dim) * BYTES[dtype]
-                  + seq_len * q_heads * v_dim * 2)
-        return self._time("attn_prefill", dtype, flops, nbytes, seq_len)
+        work = attn_prefill_work(dtype, seq_len, q_heads, kv_heads, head_dim, causal, kv_len,
+                                 v_head_dim)
+        return self.time_us("attn_prefill", dtype, work)
 
     def indexer(self, dtype: str, batch: int, q_len: int, heads: int, head_dim: int,
-                kv_len: int) -> float:
-        """Sparse-attention indexer: MQA logits of each new token over every cached key
-        (one shared key of `head_dim` per token), costed like attention decode without V."""
-        kv_bytes = batch * kv_len * head_dim * BYTES[dtype]
-        flops = 2.0 * batch * q_len * heads * kv_len * head_dim
-        return self._time("attn_decode", dtype, flops, kv_bytes, q_len * heads)
+                kv_len: int, placement: str = "interleaved") -> float:
+        """The sparse-attention indexer's logits and top-k over all `kv_len` cached tokens."""
+        work = indexer_work(dtype, batch, q_len, heads, head_dim, kv_len)
+        return self.time_us("indexer", dtype, work, placement)
 
-    def copy(self, nbytes: float) -> float:
+    def copy(self, nbytes: float, placement: str = "interleaved") -> float:
         """Device-to-device copy; `nbytes` counts bytes read plus bytes written."""
-        return self._time("copy", "bf16", 0.0, nbytes, 1.0)
+        return self.time_us("copy", ANY_DTYPE, copy_work(nbytes), placement)
+
+
+def curve_from_dict(data: dict) -> Curve:
+    """A curve from a calibration file's entry (keys other than the curve's are ignored)."""
+    return Curve(**{name: float(data[name]) for name in CURVE_FIELDS if name in data})
 
 
 def op_model(system: System, calibration: dict | None) -> OpModel:
     """The op model of a system from its (or the H200's) calibration file, or defaults."""
     if not calibration:
         return OpModel(system)
-    curves = {op: {dt: Curve(**c) for dt, c in by_dtype.items()}
+    curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
     return OpModel(system, curves, calibration.get("source", "calibration"))

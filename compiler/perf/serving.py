@@ -136,12 +136,12 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         if abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12) and abs(nxt.batch - state.batch) < 1e-6:
             break
         state = nxt
-    step_us, steps = decode_at(state.batch)
-    return _finish(w, state, step_us, ttft(state.rate, 0.5), ttft(state.rate, 0.9), hit,
+    _, steps = decode_at(state.batch)
+    slowest = max(steps.values(), key=lambda st: st.us)
+    return _finish(w, state, slowest, ttft(state.rate, 0.5), ttft(state.rate, 0.9), hit,
                    power_w, total_gpus, ctx,
                    [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
-                   + [_row(g, g.max_batched_tokens, p_steps[id(g)], "prefill_step_us")
-                      for g in prefill],
+                   + [_prefill_row(g, p_steps[id(g)]) for g in prefill],
                    {"decode": steps[id(decode[0])].rounded(),
                     "prefill": p_steps[id(prefill[0])].rounded()},
                    state.rate * new / p_cap if p_cap else 0.0)
@@ -166,7 +166,7 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
     ttft50 = max(1.0, new / budget) * step.us
     ttft90 = max(1.0, new * (1 + Z90 * w.isl_cv) / budget) * step.us
     rate = min(w.concurrency / (ttft50 + decode_us), ranks * batch / decode_us)
-    return _finish(w, _State(rate, batch), step.us, ttft50, ttft90, hit, power_w, total_gpus,
+    return _finish(w, _State(rate, batch), step, ttft50, ttft90, hit, power_w, total_gpus,
                    ctx, [_row(x, batch, step, "decode_step_us") for x in groups],
                    {"decode": step.rounded(), "prefill": chunk.rounded()},
                    prefill_tokens * chunk.us / g.max_batched_tokens / step.us)
@@ -182,20 +182,36 @@ def _row(g: Group, batch: float, st: StepTime, key: str) -> dict:
             "batch": round(batch, 2), key: round(st.us, 1)}
 
 
-def _finish(w: Workload, s: _State, step_us: float, ttft50: float, ttft90: float, hit: float,
+def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
+                   ) -> tuple[float, float]:
+    """(P50, P90) tokens/s per user. Users of one batch share its step time; they differ by
+    their speculative acceptance and by how much the batch's context mix stretches a step
+    (only the attention part of a step grows with context; a batch averages it out)."""
+    per_user = 1e6 * ctx.acceptance / step.us
+    attention = (step.breakdown.get("attention", 0.0) + step.breakdown.get("indexer", 0.0)) \
+        / step.us
+    cv = math.hypot(ACCEPTANCE_CV if ctx.draft_tokens else 0.0,
+                    w.isl_cv * attention / math.sqrt(max(batch, 1.0)))
+    return per_user, per_user / (1 + Z90 * cv)
+
+
+def _prefill_row(g: Group, st: StepTime) -> dict:
+    return {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
+            "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+
+
+def _finish(w: Workload, s: _State, step: StepTime, ttft50: float, ttft90: float, hit: float,
             power_w: float, gpus: int, ctx: PerfContext, rows: list[dict],
             breakdown: dict, utilisation: float) -> Prediction:
-    tpot = step_us / ctx.acceptance
-    per_user = 1e6 / tpot
-    cv = math.hypot(ACCEPTANCE_CV if ctx.draft_tokens else 0.0, w.isl_cv / math.sqrt(
-        max(s.batch, 1.0)) * 0.5)
+    tpot = step.us / ctx.acceptance
+    per_user, per_user_p90 = per_user_rates(ctx, step, s.batch, w)
     out_per_s = s.rate * 1e6 * w.osl
     total_per_s = s.rate * 1e6 * (w.isl + w.osl)
     return Prediction(
         output_tokens_per_s_per_gpu=round(out_per_s / gpus, 1),
         total_tokens_per_s_per_gpu=round(total_per_s / gpus, 1),
         tokens_per_s_per_user_p50=round(per_user, 2),
-        tokens_per_s_per_user_p90=round(per_user / (1 + Z90 * cv), 2),
+        tokens_per_s_per_user_p90=round(per_user_p90, 2),
         ttft_ms_p50=round(ttft50 / 1e3, 1),
         ttft_ms_p90=round(ttft90 / 1e3, 1),
         tpot_ms_p50=round(tpot / 1e3, 3),

@@ -1,0 +1,137 @@
+"""`rackc calibrate`: write the calibration file the catalog loads for a system.
+
+Three sources, one output shape (compiler/perf/fit.py `calibration`):
+* measure here: needs PyTorch and a CUDA GPU; compiler/perf/measure.py writes the raw
+  measurements next to the output (`<name>.raw.json`), then they are fitted;
+* `--from-raw RAW.json`: fit measurements taken elsewhere (measure.py needs only PyTorch and
+  the standard library, so it runs on a bare GPU machine; fitting needs numpy and the catalog);
+* `--scale-from CAL.json`: no GPU of this system at hand: carry another system's fitted
+  efficiencies onto this system's datasheet peaks, marked `assumed`.
+The same inputs give a byte-identical file (sorted keys, rounded parameters).
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+from compiler import catalog
+from compiler.api import write_text_atomic
+from compiler.catalog.system import System
+from compiler.perf import fit
+from schemas.diagnostics import Diagnostic, did_you_mean
+
+CODE_SYSTEM = "E602"  # unknown system
+CODE_INPUT = "E603"  # unreadable or mismatched calibration input
+CODE_NO_GPU = "E604"  # measuring needs PyTorch and a CUDA GPU
+
+
+class CalibrationError(Exception):
+    """An expected failure, told as one diagnostic; the command exits 2 without a traceback."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.render())
+        self.diagnostic = diagnostic
+
+
+def _error(code: str, where: str, path: str, expected: str, got: str,
+           hint: str = "") -> CalibrationError:
+    return CalibrationError(Diagnostic("error", code, where, 0, 0, path, expected, got, hint))
+
+
+def resolve_system(name: str) -> System:
+    """The catalog system called `name`, or a diagnostic naming the known ones."""
+    names = catalog.system_names()
+    if name not in names:
+        raise _error(CODE_SYSTEM, "<argument>", "--system", "a catalog system", repr(name),
+              did_you_mean(name, names))
+    return catalog.system(name)
+
+
+def read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _error(CODE_INPUT, str(path), "", f"a readable {what}",
+                     exc.strerror or str(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise _error(CODE_INPUT, str(path), "", f"a {what} in JSON",
+                     f"invalid JSON ({exc.msg})") from None
+
+
+def check_raw(raw: dict, path: Path, system: System) -> None:
+    """Raw measurements must be of this schema and from this system's GPU."""
+    if raw.get("schema") != fit.RAW_SCHEMA:
+        raise _error(CODE_INPUT, str(path), "schema", repr(fit.RAW_SCHEMA), repr(raw.get("schema")))
+    gpu = str(raw.get("device", {}).get("gpu", ""))
+    if system.gpu.name.lower() not in gpu.lower():
+        raise _error(CODE_INPUT, str(path), "device.gpu", f"a {system.gpu.name} ({system.name})",
+              repr(gpu), "fit measurements with the --system they were taken on")
+    if not raw.get("measurements"):
+        raise _error(CODE_INPUT, str(path), "measurements", "at least one measurement", "none")
+
+
+def measure_here(raw_path: Path) -> Path:
+    """Run compiler/perf/measure.py on this machine's GPU, writing `raw_path`."""
+    if importlib.util.find_spec("torch") is None:
+        raise _error(CODE_NO_GPU, "<machine>", "", "PyTorch with CUDA to measure on",
+              "no PyTorch installed",
+              "run on a CUDA machine with PyTorch, or fit measurements with --from-raw RAW.json")
+    import torch  # only here: the rest of rackc runs without PyTorch
+
+    if not torch.cuda.is_available():
+        raise _error(CODE_NO_GPU, "<machine>", "", "a CUDA GPU to measure on", "no CUDA device",
+              "run on a CUDA machine, or fit measurements with --from-raw RAW.json")
+    from compiler.perf import measure  # imports torch
+
+    measure.main(["-o", str(raw_path)])
+    return raw_path
+
+
+def assumed(system: System, basis: dict) -> dict:
+    """Another system's fitted curves on this system's datasheet peaks (`assumed`)."""
+    return {
+        "schema": fit.SCHEMA,
+        "system": system.name,
+        "source": f"assumed: {basis['system']} efficiencies on {system.name} datasheet peaks",
+        "basis": basis["system"],
+        "notes": list(basis.get("notes", [])),
+        "curves": fit.with_fp4(basis["curves"]),
+    }
+
+
+def calibration_for(args_system: str, from_raw: str | None, scale_from: str | None,
+                    output: Path) -> dict:
+    system = resolve_system(args_system)
+    if scale_from:
+        basis = read_json(Path(scale_from), "calibration file")
+        if basis.get("schema") != fit.SCHEMA or "curves" not in basis:
+            raise _error(CODE_INPUT, scale_from, "schema", repr(fit.SCHEMA), repr(basis.get("schema")))
+        return assumed(system, basis)
+    raw_path = Path(from_raw) if from_raw else measure_here(
+        output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))
+    raw = read_json(raw_path, "raw calibration file")
+    check_raw(raw, raw_path, system)
+    return fit.calibration(raw, system)
+
+
+def summary_lines(document: dict) -> list[str]:
+    """The fit's per-(op, dtype) in-sample errors, or the assumption made."""
+    if "fit" not in document:
+        return [f"{document['system']}: {document['source']}"]
+    lines = [f"{'op':<14}{'dtype':<7}{'points':>7}{'excluded':>9}{'median':>8}{'p90':>8}"]
+    for op, by_dtype in document["fit"].items():
+        for dtype, s in by_dtype.items():
+            lines.append(f"{op:<14}{dtype:<7}{s['points']:>7}{s['excluded']:>9}"
+                         f"{s['median_abs_err']:>8.1%}{s['p90_abs_err']:>8.1%}")
+    return lines
+
+
+def run(system: str, output: str, from_raw: str | None = None,
+        scale_from: str | None = None) -> tuple[int, list[str], list[str]]:
+    """(exit code, stdout lines, stderr lines) of one calibration."""
+    try:
+        document = calibration_for(system, from_raw, scale_from, Path(output))
+    except CalibrationError as exc:
+        return 2, [], [exc.diagnostic.render()]
+    write_text_atomic(Path(output), fit.dumps(document))
+    return 0, [*summary_lines(document), f"wrote {output}"], []

@@ -1,0 +1,69 @@
+"""The perf model's subcommands: `rackc perf ops` and `rackc calibrate`.
+
+`add_perf_commands(subparsers)` adds them to rackc's argparse subparsers; each sets
+`run=fn` with `fn(args) -> int` (the exit code), as compiler/cli.py's other commands do.
+stdout carries results, stderr diagnostics; 0 OK, 2 bad input.
+"""
+
+import argparse
+import json
+import sys
+
+from compiler import catalog
+from compiler.perf import calibrate, query
+from compiler.perf.ops import op_model
+
+
+def cmd_perf_ops(args: argparse.Namespace) -> int:
+    """Answer JSON Lines queries from stdin, one line out per good line in."""
+    try:
+        system = calibrate.resolve_system(args.system)
+    except calibrate.CalibrationError as exc:
+        sys.stderr.write(exc.diagnostic.render() + "\n")
+        return 2
+    model = op_model(system, catalog.calibration(system.name))
+    bad = 0
+    for result in query.run_queries(model, sys.stdin):
+        if isinstance(result, dict):
+            sys.stdout.write(json.dumps(result) + "\n")
+            sys.stdout.flush()  # answer each query as it comes, for interactive pipes
+        else:
+            bad += 1
+            sys.stderr.write(query.render(result) + "\n")
+    return 2 if bad else 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    code, out, err = calibrate.run(args.system, args.output, args.from_raw, args.scale_from)
+    for line in out:
+        sys.stdout.write(line + "\n")
+    for line in err:
+        sys.stderr.write(line + "\n")
+    return code
+
+
+def add_perf_commands(sub: argparse._SubParsersAction) -> None:
+    """Add `perf ops` and `calibrate` to rackc's subcommands."""
+    perf = sub.add_parser("perf", help="query the performance model")
+    perf_sub = perf.add_subparsers(dest="perf_command", required=True, metavar="PERF_COMMAND")
+    ops = perf_sub.add_parser(
+        "ops", help="predict operator times: JSON Lines queries on stdin, answers on stdout",
+        description="Each stdin line is a query such as "
+                    '{"op":"gemm","dtype":"bf16","m":128,"n":4096,"k":7168}; each answer is '
+                    'the query plus "us" (predicted microseconds). Ops: '
+                    + ", ".join(query.FORMS) + ".")
+    ops.add_argument("--system", required=True, help="catalog system, e.g. hgx-h200")
+    ops.set_defaults(run=cmd_perf_ops)
+
+    cal = sub.add_parser(
+        "calibrate", help="measure and fit operator efficiency curves; write a calibration file",
+        description=calibrate.__doc__.split("\n\n")[0] if calibrate.__doc__ else None)
+    cal.add_argument("--system", required=True, help="catalog system the file is for")
+    cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    source = cal.add_mutually_exclusive_group()
+    source.add_argument("--from-raw", metavar="RAW.json",
+                        help="fit these raw measurements instead of measuring here")
+    source.add_argument("--scale-from", metavar="CAL.json",
+                        help="no measurements: carry this calibration's efficiencies onto the "
+                             "system's datasheet peaks (assumed)")
+    cal.set_defaults(run=cmd_calibrate)

@@ -1,0 +1,49 @@
+"""The solver: candidates from the perf model, instance counts, then GPU placement (CP-SAT)."""
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from compiler.load import Inputs
+from compiler.precheck import Precheck
+from compiler.solve.build import build_problem
+from compiler.solve.candidates import Candidate
+from compiler.solve.counts import Counts, solve_counts
+from compiler.solve.explain import infeasible
+from compiler.solve.memory_map import domain_memory
+from compiler.solve.place import Placement, Wanted, place
+from compiler.solve.problem import Problem
+
+
+@dataclass(frozen=True)
+class Solution:
+    problem: Problem
+    counts: Counts
+    wanted: list[Wanted]
+    candidates: list[Candidate]  # per wanted instance
+    placement: Placement
+
+    @property
+    def prefill_gpus(self) -> int:
+        return sum(w.shape.gpus for w in self.wanted if w.role == "prefill")
+
+
+def solve(inputs: Inputs, g: nx.Graph, pre: Precheck) -> Solution:
+    p = build_problem(inputs, g, pre)
+    counts = solve_counts(p)
+    if isinstance(counts, list):
+        raise infeasible(p, counts, "instance counts")
+    chosen = [(p.candidates[i], n) for i, n in sorted(counts.by_candidate.items())]
+    prefill_gpus = sum(c.shape.gpus * n for c, n in chosen if c.role == "prefill")
+    order = {"prefill": 0, "decode": 1, "aggregated": 2}
+    chosen.sort(key=lambda cn: (order[cn[0].role], -cn[0].shape.gpus, cn[0].shape.name))
+    wanted, per_instance = [], []
+    for c, n in chosen:
+        need = domain_memory(p, c.role, c.shape, prefill_gpus)
+        wanted += [Wanted(c.role, c.shape, need)] * n
+        per_instance += [c] * n
+    placement = place(p, wanted)
+    if placement is None:
+        keys = sorted(k for k in p.requirements if k.startswith(("pin:", "unavailable:")))
+        raise infeasible(p, keys, "GPU placement")
+    return Solution(p, counts, wanted, per_instance, placement)

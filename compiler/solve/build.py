@@ -1,0 +1,116 @@
+"""Build the solver's Problem from the validated inputs: candidates, requirements, pins."""
+
+from compiler import graph
+from compiler.load import Inputs, layout
+from compiler.perf.predict import pool_tokens, workload
+from compiler.perf.serving import prefix_hit_rate
+from compiler.precheck import Precheck
+from compiler.shapes import Shape, parse_shape, shape_problem
+from compiler.solve import candidates as cand
+from compiler.solve.problem import Pin, Problem, Requirement, domains
+from schemas.diagnostics import CompileError, Diagnostic
+
+LATENCY_MAX_TRAYS = 2  # SYSTEM.md: the lowest-latency decode is TP8 spread over two trays
+
+
+def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[str]]]:
+    """User requirements an infeasibility explanation may name, and the GPUs each
+    `unavailable` entry takes away."""
+    reqs: dict[str, Requirement] = {}
+    slo = inputs.deployment.spec.slo
+    mode = inputs.deployment.spec.objective.mode
+    if mode != "pinned":
+        for key, fields in (("slo", ("tokens_per_s_per_user_p90", "tokens_per_s_per_user_p50")),
+                            ("ttft", ("ttft_ms_p90", "ttft_ms_p50"))):
+            for f in fields:
+                value = getattr(slo, f)
+                if value is not None:
+                    reqs[key] = Requirement(key, "deployment", ("spec", "slo", f),
+                                            f"slo.{f}: {value:g}")
+                    break
+    for j, pin in enumerate(inputs.deployment.spec.objective.instances):
+        key = f"pin:{j:02d}"
+        reqs[key] = Requirement(key, "deployment", ("spec", "objective", "instances", j),
+                                f"{pin.count} x {pin.role} {pin.shape}")
+    down: dict[str, set[str]] = {}
+    spec = inputs.hardware.spec
+    per = inputs.system.gpus_per_tray
+    for k, tray in enumerate(spec.unavailable.trays):
+        key = f"unavailable:trays:{k:02d}"
+        reqs[key] = Requirement(key, "hardware", ("spec", "unavailable", "trays", k),
+                                f"tray {tray} unavailable")
+        rack, t = divmod(tray, layout(inputs.hardware, inputs.system)[1])
+        down[key] = {f"{graph.tray_id(rack, t)}-g{i}" for i in range(per)}
+    for k, gid in enumerate(spec.unavailable.gpus):
+        key = f"unavailable:gpus:{k:02d}"
+        reqs[key] = Requirement(key, "hardware", ("spec", "unavailable", "gpus", k),
+                                f"GPU {gid} unavailable")
+        down[key] = {gid}
+    return reqs, down
+
+
+def _pins(inputs: Inputs, reqs: dict[str, Requirement], pre: Precheck) -> list[Pin]:
+    out, errors = [], []
+    src = inputs.sources["deployment"]
+    for j, entry in enumerate(inputs.deployment.spec.objective.instances):
+        shape = parse_shape(entry.shape)
+        role = "decode" if entry.role == "aggregated" else entry.role
+        fits = {f.shape.name for f in pre.fits if f.role == role and f.fits}
+        problem = shape_problem(shape, inputs.model.spec, inputs.system, 10**6) if shape else \
+            "not a shape"
+        if shape is not None and problem is None and shape.name not in fits:
+            problem = "its weights, KV and Engram share do not fit in HBM"
+        if problem:
+            pos = src.locate(("spec", "objective", "instances", j, "shape"))
+            errors.append(Diagnostic("error", "E302", src.file, pos.line, pos.column,
+                                     f"spec.objective.instances[{j}].shape",
+                                     f"a {entry.role} shape that fits (e.g. " + ", ".join(
+                                         sorted(fits, key=len)[:4]) + ")",
+                                     repr(entry.shape), problem))
+            continue
+        out.append(Pin(entry.role, shape, entry.count, reqs[f"pin:{j:02d}"]))
+    if errors:
+        raise CompileError(errors)
+    return out
+
+
+def build_problem(inputs: Inputs, g, pre: Precheck) -> Problem:
+    reqs, down = requirements(inputs)
+    mode = inputs.deployment.spec.objective.mode
+    w = workload(inputs)
+    hit = prefix_hit_rate(w, pool_tokens(inputs, []))
+    guess = max(1, len(graph.available_gpus(g)) // 2)
+    if mode == "pinned":
+        pins = _pins(inputs, reqs, pre)
+        found: dict[tuple[str, str], cand.Candidate] = {}
+        for pin in pins:
+            key = (pin.role, pin.shape.name)
+            if key not in found:
+                found[key] = _pinned_candidate(inputs, pin.role, pin.shape, w, hit, guess)
+        candidates = [found[k] for k in sorted(found)]
+    else:
+        pins = []
+        candidates = cand.candidates(inputs, pre, w, hit, mode, guess)
+        if mode == "latency":
+            candidates = _fastest_decode(inputs, candidates)
+    return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs)
+
+
+def _pinned_candidate(inputs: Inputs, role: str, shape: Shape, w, hit: float,
+                      guess: int) -> cand.Candidate:
+    if role == "prefill":
+        return cand.prefill_candidate(inputs, shape, w, hit, guess)
+    c = cand.decode_candidate(inputs, shape, w, None, enforce_slo=False)
+    return cand.Candidate(role, c.shape, c.requests_per_s, c.max_batch, c.max_batched_tokens,
+                          c.step_us, c.why_not)
+
+
+def _fastest_decode(inputs: Inputs, cands: list[cand.Candidate]) -> list[cand.Candidate]:
+    """Latency mode: keep the one tensor-parallel decode shape (at most two trays) with the
+    shortest batch-1 step; that is the low-latency path for batch-1 sessions."""
+    limit = LATENCY_MAX_TRAYS * inputs.system.gpus_per_tray
+    decode = [c for c in cands if c.role == "decode" and c.shape.gpus <= limit]
+    if not decode:
+        return cands
+    best = min(decode, key=lambda c: (c.step_us, c.shape.gpus))
+    return [c for c in cands if c.role != "decode"] + [best]

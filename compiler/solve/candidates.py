@@ -1,0 +1,133 @@
+"""Candidate engine shapes per role and what one instance of each sustains at the SLO.
+
+Decode: the largest batch per DP rank whose per-user rate still meets the SLO (P50 and P90),
+capped by the KV that fits; capacity = requests/s at that batch. Prefill: new tokens/s at the
+chunk size, divided by the new tokens per request, held below a utilisation that keeps TTFT
+within its SLO. These are the numbers the count model trades against each other.
+"""
+
+from dataclasses import dataclass
+
+from compiler.load import Inputs
+from compiler.perf import serving
+from compiler.perf.predict import (
+    MAX_DECODE_BATCH,
+    PREFILL_CHUNK_TOKENS,
+    PREFILL_MAX_SEQS,
+    context,
+    kv_capacity_requests,
+)
+from compiler.perf.serving import MAX_UTILISATION, Workload
+from compiler.perf.step import PerfContext, decode_step, prefill_step
+from compiler.precheck import Precheck
+from compiler.shapes import Shape
+
+
+@dataclass(frozen=True)
+class Candidate:
+    role: str
+    shape: Shape
+    requests_per_s: float  # one instance, at the SLO; 0 when it cannot meet it
+    max_batch: int  # decode: requests per DP rank at the SLO; prefill: sequences per step
+    max_batched_tokens: int
+    step_us: float
+    why_not: str  # empty when usable
+
+
+def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
+           p50: float | None, p90: float | None) -> tuple[bool, float]:
+    step = decode_step(ctx, shape, batch, kv_len)
+    r50, r90 = serving.per_user_rates(ctx, step, batch, w)
+    return (p50 is None or r50 >= p50) and (p90 is None or r90 >= p90), step.us
+
+
+def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int | None,
+                     enforce_slo: bool = True) -> Candidate:
+    slo = inputs.deployment.spec.slo
+    ctx = context(inputs, shape.gpus)
+    cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, shape, "decode", shape.gpus, w))
+    if batch_cap is not None:
+        cap = min(cap, batch_cap)
+    kv_len = w.isl + w.osl / 2
+    p50, p90 = slo.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p90
+    if not enforce_slo:
+        p50 = p90 = None
+    if cap < 1:
+        return Candidate("decode", shape, 0.0, 0, 0, 0.0, "no room for one request's KV")
+    ok, step = _meets(ctx, shape, 1, kv_len, w, p50, p90)
+    if not ok:
+        rate = 1e6 * ctx.acceptance / step
+        return Candidate("decode", shape, 0.0, 0, 0, step,
+                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO")
+    lo, hi = 1, cap  # largest batch meeting the SLO: rates fall as the batch grows
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _meets(ctx, shape, mid, kv_len, w, p50, p90)[0]:
+            lo = mid
+        else:
+            hi = mid - 1
+    step = decode_step(ctx, shape, lo, kv_len).us
+    rps = shape.dp * lo * ctx.acceptance / step * 1e6 / w.osl
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "")
+
+
+def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
+                      engram_gpus: int) -> Candidate:
+    ctx = context(inputs, engram_gpus)
+    new, cached = w.isl * (1 - hit), w.isl * hit
+    step = prefill_step(ctx, shape, PREFILL_CHUNK_TOKENS, max(1.0, new), cached).us
+    service = step * max(1.0, new / PREFILL_CHUNK_TOKENS)
+    utilisation = _utilisation_for_ttft(inputs, service, step)
+    if utilisation <= 0:
+        return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, PREFILL_CHUNK_TOKENS, step,
+                         f"one request takes {service / 1e3:.0f} ms, over the TTFT SLO")
+    tokens_per_s = shape.dp * PREFILL_CHUNK_TOKENS / step * 1e6
+    rps = tokens_per_s / max(1.0, new) * utilisation
+    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, PREFILL_CHUNK_TOKENS, step, "")
+
+
+def _utilisation_for_ttft(inputs: Inputs, service_us: float, chunk_us: float) -> float:
+    """Highest prefill utilisation whose queueing keeps TTFT within the SLO (M/M/1 tail)."""
+    slo = inputs.deployment.spec.slo
+    best = MAX_UTILISATION
+    for limit_ms, q in ((slo.ttft_ms_p50, 0.5), (slo.ttft_ms_p90, 0.9)):
+        if limit_ms is None:
+            continue
+        budget = limit_ms * 1e3 - service_us
+        if budget <= 0:
+            return 0.0
+        lo, hi = 0.0, MAX_UTILISATION
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if serving._queue_wait(mid, chunk_us, q) <= budget:
+                lo = mid
+            else:
+                hi = mid
+        best = min(best, lo)
+    return best
+
+
+def searched_kinds(inputs: Inputs, role: str, mode: str) -> tuple[str, ...]:
+    """Shape families the solver searches (SYSTEM.md engine shapes): MoE models serve prefill
+    and high-concurrency decode data-parallel with wide expert parallelism (DEPn) and the
+    lowest-latency decode tensor-parallel (TPn); dense models are tensor-parallel throughout.
+    Other families (TPnEPn) are used when pinned."""
+    if not inputs.model.spec.moe:
+        return ("TP",)
+    if role == "decode" and mode == "latency":
+        return ("TP",)
+    return ("DEP",)
+
+
+def candidates(inputs: Inputs, pre: Precheck, w: Workload, hit: float, mode: str,
+               prefill_gpus_guess: int) -> list[Candidate]:
+    """Usable and unusable candidates (the latter with `why_not`), in a stable order."""
+    out = []
+    for shape in pre.feasible("prefill"):
+        if shape.kind in searched_kinds(inputs, "prefill", mode):
+            out.append(prefill_candidate(inputs, shape, w, hit, prefill_gpus_guess))
+    decode_shapes = [s for s in pre.feasible("decode")
+                     if s.kind in searched_kinds(inputs, "decode", mode)]
+    for shape in decode_shapes:
+        out.append(decode_candidate(inputs, shape, w, 1 if mode == "latency" else None))
+    return out

@@ -1,0 +1,136 @@
+"""One small function per rule of the CP-SAT models (counts, then placement).
+
+Count model: how many instances of each candidate shape. Placement model: which GPUs each
+instance takes. Every function adds its rule to `model` and returns nothing; requirement
+literals (`lits`) make user requirements switchable for infeasibility explanations.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from compiler.solve.problem import SCALE, Problem
+
+
+@dataclass
+class CountVars:
+    n: dict[int, cp_model.IntVar]  # candidate index -> instance count
+    goodput: cp_model.IntVar
+    lits: dict[str, cp_model.IntVar]
+    tray_free: dict[str, cp_model.IntVar] = field(default_factory=dict)  # tray fully available
+
+
+def whole_trays(problem: Problem, gpus: int) -> int:
+    """Trays an instance of `gpus` GPUs takes whole (0: it fits inside one tray)."""
+    per = problem.domains[0].gpus_per_tray
+    return gpus // per if gpus >= per else 0
+
+
+def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """A tray is whole-tray usable iff no active `unavailable` entry touches it."""
+    for d in p.domains:
+        for t in d.trays:
+            gpus = set(p.gpus_of(t))
+            touching = [v.lits[k] for k, down in sorted(p.unavailable.items()) if down & gpus]
+            free = m.new_bool_var(f"free[{t}]")
+            for lit in touching:
+                m.add_implication(lit, free.Not())
+            m.add_bool_or([free, *touching])
+            v.tray_free[t] = free
+
+
+def add_gpu_capacity(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """Whole-tray instances fit the free trays; sub-tray instances the rest (aligned blocks of
+    partially available trays count conservatively: every unavailable entry active)."""
+    down = set().union(*p.unavailable.values()) if p.unavailable else set()
+    per = p.domains[0].gpus_per_tray
+    trays = [t for d in p.domains for t in d.trays]
+    used_whole = sum(v.n[i] * whole_trays(p, c.shape.gpus) for i, c in enumerate(p.candidates)
+                     if i in v.n and whole_trays(p, c.shape.gpus))
+    sub = sum(v.n[i] * c.shape.gpus for i, c in enumerate(p.candidates)
+              if i in v.n and not whole_trays(p, c.shape.gpus))
+    free = sum(v.tray_free[t] for t in trays)
+    m.add(used_whole <= free)
+    partial = {t: _aligned_pairs_free(p.gpus_of(t), down) * 2 for t in trays}
+    m.add(sub <= per * (free - used_whole) + sum((1 - v.tray_free[t]) * partial[t]
+                                                  for t in trays))
+    for d in p.domains:  # NVL72: no instance larger than its rack
+        size = len(d.trays) * per
+        for i, c in enumerate(p.candidates):
+            if i in v.n and c.shape.gpus > size:
+                m.add(v.n[i] == 0)
+
+
+def _aligned_pairs_free(gpus: Sequence[str], down: set[str]) -> int:
+    return sum(1 for a, b in zip(gpus[::2], gpus[1::2], strict=False)
+               if a not in down and b not in down)
+
+
+def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """Prefill ranks share the Engram tables evenly: with P prefill GPUs each holds
+    engram / P, so a prefill shape is usable only if P is large enough for its spare HBM."""
+    if p.engram_gib <= 0:
+        return
+    prefill = [(i, c) for i, c in enumerate(p.candidates) if c.role == "prefill" and i in v.n]
+    total = sum(v.n[i] * c.shape.gpus for i, c in prefill)
+    for i, c in prefill:
+        spare = p.hbm_gib - p.prefill_base_gib(c.shape)
+        if spare <= 0:
+            m.add(v.n[i] == 0)
+            continue
+        used = m.new_bool_var(f"uses[{i}]")
+        m.add(v.n[i] >= 1).only_enforce_if(used)
+        m.add(v.n[i] == 0).only_enforce_if(used.Not())
+        m.add(total >= math.ceil(p.engram_gib / spare)).only_enforce_if(used)
+
+
+def add_slo(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """Candidates that cannot meet the SLO stay unused while the SLO requirement holds."""
+    for key, roles in (("slo", ("decode",)), ("ttft", ("prefill",))):
+        lit = v.lits.get(key)
+        for i, c in enumerate(p.candidates):
+            if i in v.n and c.role in roles and c.requests_per_s <= 0:
+                if lit is None:
+                    m.add(v.n[i] == 0)
+                else:
+                    m.add(v.n[i] == 0).only_enforce_if(lit)
+
+
+def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """Pinned mode: each (role, shape) count equals the sum of its active pinned entries, and
+    nothing else is placed."""
+    pinned: dict[tuple[str, str], list] = {}
+    for pin in p.pins:
+        pinned.setdefault((pin.role, pin.shape.name), []).append(pin)
+    for i, c in enumerate(p.candidates):
+        if i not in v.n:
+            continue
+        entries = pinned.get((c.role, c.shape.name), [])
+        m.add(v.n[i] == sum(v.lits[e.requirement.key] * e.count for e in entries))
+
+
+def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """A deployment serves: prefill and decode both present, or aggregated instances."""
+    def total(role: str) -> cp_model.LinearExpr:
+        return sum(v.n[i] for i, c in enumerate(p.candidates) if c.role == role and i in v.n)
+
+    if any(c.role == "aggregated" for c in p.candidates):
+        m.add(total("aggregated") >= 1)
+    else:
+        m.add(total("prefill") >= 1)
+        m.add(total("decode") >= 1)
+
+
+def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
+    """Goodput is the smaller of prefill and decode supply (requests/s at the SLO)."""
+    for role in ("prefill", "decode", "aggregated"):
+        terms = [(i, c) for i, c in enumerate(p.candidates) if c.role == role and i in v.n]
+        if terms:
+            supply = sum(v.n[i] * max(1, round(c.requests_per_s * SCALE)) for i, c in terms)
+            m.add(v.goodput <= supply)
+
+
+def gpus_used(v: CountVars, p: Problem) -> cp_model.LinearExpr:
+    return sum(v.n[i] * c.shape.gpus for i, c in enumerate(p.candidates) if i in v.n)

@@ -1,0 +1,16 @@
+"""Deterministic CP-SAT parameters: one worker, fixed seed, deterministic time limit, so the
+same inputs give the same solution on any machine."""
+
+from ortools.sat.python import cp_model
+
+DETERMINISTIC_SECONDS = 20.0
+SEED = 7
+
+
+def solver() -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    s.parameters.random_seed = SEED
+    s.parameters.max_deterministic_time = DETERMINISTIC_SECONDS
+    s.parameters.log_search_progress = False
+    return s

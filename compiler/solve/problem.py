@@ -1,0 +1,88 @@
+"""The solver's view of a deployment: placement domains, candidates and user requirements.
+
+Built once from the validated inputs, the graph and the perf model; pure data afterwards, so the
+CP-SAT models in this package are deterministic functions of it.
+"""
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from compiler import arch, graph
+from compiler.load import Inputs
+from compiler.memory import gpu_memory
+from compiler.precheck import kv_dtype, max_model_len, uses_draft
+from compiler.shapes import Shape
+from compiler.solve.candidates import Candidate
+
+SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Where an instance may live: one NVLink rack (NVL72) or the whole RDMA cluster (HGX)."""
+
+    id: str
+    trays: tuple[str, ...]  # in order
+    gpus_per_tray: int
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A user requirement that an explanation can name: a field and where it was written."""
+
+    key: str  # stable id, e.g. "pin:0", "slo", "unavailable:gpus:2"
+    file_role: str  # "deployment" | "hardware"
+    path: tuple[str | int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    role: str
+    shape: Shape
+    count: int
+    requirement: Requirement
+
+
+@dataclass
+class Problem:
+    inputs: Inputs
+    graph: nx.Graph
+    domains: list[Domain]
+    candidates: list[Candidate]
+    pins: list[Pin]
+    mode: str
+    unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
+    requirements: dict[str, Requirement] = field(default_factory=dict)
+
+    def gpus_of(self, tray: str) -> list[str]:
+        return graph.gpus_of_tray(self.graph, tray)
+
+    def prefill_base_gib(self, shape: Shape) -> float:
+        """Per-GPU need of a prefill rank before its Engram shard: weights, one max-length
+        request's KV (the HBM pool keeps only that), workspace."""
+        mem = gpu_memory(self.inputs.model.spec, shape, self.inputs.system, kv_dtype(self.inputs),
+                         max_model_len(self.inputs), 1, False, uses_draft(self.inputs))
+        return mem.total_gib
+
+    @property
+    def engram_gib(self) -> float:
+        if self.inputs.deployment.spec.serving.engram_placement != "hbm":
+            return 0.0
+        return arch.engram_bytes(self.inputs.model.spec) / arch.GIB
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.inputs.system.gpu.hbm_gib.value
+
+
+def domains(inputs: Inputs, g: nx.Graph) -> list[Domain]:
+    per_tray = inputs.system.gpus_per_tray
+    trays = graph.trays(g)
+    if inputs.system.form == "hgx":
+        return [Domain("cluster", tuple(trays), per_tray)]
+    by_rack: dict[int, list[str]] = {}
+    for t in trays:
+        by_rack.setdefault(g.nodes[t]["rack"], []).append(t)
+    return [Domain(f"nvl{r}", tuple(ts), per_tray) for r, ts in sorted(by_rack.items())]
