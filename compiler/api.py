@@ -6,7 +6,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -16,7 +16,7 @@ from compiler.decisions import decisions
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
-from compiler.perf.predict import Layout, curve, predict_layout, prediction_json
+from compiler.perf.predict import Layout, curve, predict_layout, prediction_json, workload
 from compiler.plan import Instance, Plan, dump_plan, load_plan
 from compiler.precheck import kv_dtype, precheck
 from compiler.shapes import parse_shape
@@ -86,7 +86,7 @@ def read_plan(path: Path) -> Plan:
                                        "run `rackc compile ... -o OUT` first")]) from None
     except (ValueError, TypeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
-        raise CompileError([Diagnostic("error", "E602", display_name(path), 0, 0, "",
+        raise CompileError([Diagnostic("error", "E701", display_name(path), 0, 0, "",
                                        "a plan.yaml written by rackc compile", first,
                                        "pass OUT/plan.yaml")]) from None
 
@@ -123,6 +123,9 @@ def _mem(m: object) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in m.model_dump().items() if v)
 
 
+UNBOUNDED_CONCURRENCY = 1e9
+
+
 @dataclass(frozen=True)
 class CompileResult:
     plan: Plan
@@ -131,15 +134,22 @@ class CompileResult:
 
 
 def layouts(instances: list[Instance]) -> list[Layout]:
-    """Instances grouped by (role, shape, batch limit) for the perf model."""
-    counts = Counter((i.role, i.shape, i.max_batch) for i in instances)
-    return [Layout(role, parse_shape(shape), n, batch)
-            for (role, shape, batch), n in sorted(counts.items())]
+    """Instances grouped by (role, shape, batch limits) for the perf model."""
+    counts = Counter((i.role, i.shape, i.max_batch, i.max_batched_tokens) for i in instances)
+    return [Layout(role, parse_shape(shape), n, batch,
+                   tokens if role == "prefill" else None)
+            for (role, shape, batch, tokens), n in sorted(counts.items())]
 
 
-def predicted(inputs: Inputs, instances: list[Instance]) -> dict:
+def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) -> dict:
+    """Metrics at the operating point: in throughput mode, unless the user fixed the
+    concurrency, demand is unbounded and admission stops at the SLO goodput."""
     groups = layouts(instances)
-    data = prediction_json(predict_layout(inputs, groups))
+    w = workload(inputs)
+    if inputs.deployment.spec.objective.mode == "throughput" and \
+            inputs.deployment.spec.workload.concurrency is None:
+        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    data = prediction_json(predict_layout(inputs, groups, w, max_requests_per_s=goodput))
     data["curve"] = curve(inputs, groups)
     return data
 
@@ -157,7 +167,8 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None) -> CompileRes
     clock["solved"] = time.perf_counter()
     draft = lower(inputs, g, sol, {}, [])
     plan = draft.model_copy(update={
-        "predicted": predicted(inputs, draft.instances),
+        "predicted": predicted(inputs, draft.instances, None if sol.problem.mode == "pinned"
+                               else sol.counts.objective),
         "decisions": decisions(inputs, sol, draft.instances)})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}

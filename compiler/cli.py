@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compiler import api
+from compiler.perf.commands import add_perf_commands
 from compiler.load import display_name
 from schemas import KINDS
 from schemas.diagnostics import CompileError, Diagnostic
@@ -160,7 +161,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     prefix = args.path or ""
     rows = [d for d in plan.decisions if d.path == prefix or d.path.startswith(prefix)]
     if not rows:
-        _report([Diagnostic("error", "E601", display_name(Path(args.plan)), 0, 0, prefix,
+        _report([Diagnostic("error", "E702", display_name(Path(args.plan)), 0, 0, prefix,
                             "a decision path", repr(prefix),
                             "run `rackc explain PLAN` to list every decision")])
         return 2
@@ -221,13 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a")
     diff.add_argument("b")
     diff.set_defaults(run=cmd_diff)
+    add_perf_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
-    return run(args)
+    try:
+        return run(args)
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

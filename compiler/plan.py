@@ -163,16 +163,17 @@ class Plan(Frozen):
 
 
 def dump_plan(plan: Plan) -> str:
-    """plan.yaml: block style, keys in model order, no aliases, final newline."""
+    """plan.yaml: block style, keys in model order, final newline. The JSON-mode dump holds no
+    shared objects, so no anchors or aliases can appear; libyaml's emitter is used when
+    present (same output, much faster)."""
     data = plan.model_dump(mode="json")
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
                      allow_unicode=True, width=100)
 
 
 def load_plan(text: str) -> Plan:
-    return Plan.model_validate(yaml.safe_load(text))
+    return Plan.model_validate(yaml.load(text, Loader=_LOADER))
 
 
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: object) -> bool:
-        return True
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -76,39 +76,35 @@ def curve_png(plan: Plan) -> bytes:
     ax.set_ylabel("total tokens/s per GPU")
     ax.set_title(f"{plan.serving.name}: throughput vs interactivity")
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.12, top=0.92)
     return _png(fig)
 
 
 def rack_png(plan: Plan) -> bytes:
-    """Trays as rows, GPUs as columns, each GPU split into its memory domains, coloured by the
-    role of the instance using it (dark: unavailable, grey: idle)."""
+    """Trays as rows, GPUs as columns, each GPU split into its memory domains (one cell
+    each), coloured by the role of the instance using it (dark: unavailable, grey: idle)."""
+    from matplotlib.colors import to_rgb
+
     role_of = {g: i.role for i in plan.instances for g in i.gpus}
     label_of = {i.gpus[0]: i.id for i in plan.instances}
     trays = plan.hardware.trays
     per, doms = plan.hardware.gpus_per_tray, plan.hardware.domains_per_gpu
-    fig = _figure(1.2 + 1.1 * per, 0.8 + 0.32 * len(trays))
-    ax = fig.subplots()
     down = set(plan.hardware.unavailable_gpus)
+    cells = [[to_rgb(DOWN_COLOUR if g in down else ROLE_COLOURS[role_of.get(g)])
+              for g in tray.gpus for _ in range(doms)] for tray in trays]
+    fig = _figure(1.6 + 1.1 * per, 1.0 + 0.3 * len(trays))
+    ax = fig.add_axes((0.14, 0.04, 0.84, 0.88))
+    ax.imshow(cells, aspect="auto", interpolation="nearest", extent=(0, per, len(trays), 0))
+    for x in range(1, per * doms):
+        ax.axvline(x / doms, color="white", linewidth=2 if x % doms == 0 else 0.6,
+                   linestyle="-" if x % doms == 0 else ":")
     for row, tray in enumerate(trays):
+        ax.axhline(row, color="white", linewidth=1)
         for col, gpu in enumerate(tray.gpus):
-            colour = DOWN_COLOUR if gpu in down else ROLE_COLOURS[role_of.get(gpu)]
-            for d in range(doms):
-                ax.add_patch(_rect(col + d / doms, len(trays) - 1 - row, 1 / doms, colour))
             if gpu in label_of:
-                ax.text(col + 0.05, len(trays) - 1 - row + 0.35, label_of[gpu], fontsize=6)
-    ax.set_xlim(0, per)
-    ax.set_ylim(0, len(trays))
-    ax.set_yticks([len(trays) - 1 - r + 0.5 for r in range(len(trays))],
-                  [t.id for t in trays], fontsize=6)
+                ax.text(col + 0.05, row + 0.65, label_of[gpu], fontsize=6, color="white")
+    ax.set_yticks([r + 0.5 for r in range(len(trays))], [t.id for t in trays], fontsize=6)
     ax.set_xticks([c + 0.5 for c in range(per)], [f"g{c}" for c in range(per)], fontsize=7)
-    ax.set_title(f"{plan.hardware.system}: roles per GPU and memory domain", fontsize=9)
-    fig.tight_layout()
+    ax.xaxis.tick_top()
+    ax.set_title(f"{plan.hardware.system}: role per GPU and memory domain", fontsize=9, pad=14)
     return _png(fig)
-
-
-def _rect(x: float, y: float, w: float, colour: str):
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((x + 0.03, y + 0.08), w - 0.06, 0.84, facecolor=colour,
-                     edgecolor="white", linewidth=0.5)

@@ -105,7 +105,8 @@ def calibration_for(args_system: str, from_raw: str | None, scale_from: str | No
     if scale_from:
         basis = read_json(Path(scale_from), "calibration file")
         if basis.get("schema") != fit.SCHEMA or "curves" not in basis:
-            raise _error(CODE_INPUT, scale_from, "schema", repr(fit.SCHEMA), repr(basis.get("schema")))
+            raise _error(CODE_INPUT, scale_from, "schema", repr(fit.SCHEMA),
+                         repr(basis.get("schema")))
         return assumed(system, basis)
     raw_path = Path(from_raw) if from_raw else measure_here(
         output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))

@@ -15,8 +15,9 @@ from compiler.catalog.system import System
 NVLINK_EFF_EP8 = 0.81  # REFERENCE-DATA.md D: DeepEP V2 726/900 GB/s
 NVLINK_EFF_EP64 = 0.67  # REFERENCE-DATA.md D: GB200 one-sided EP64 588-631 of 900
 RDMA_EFF = 0.95  # REFERENCE-DATA.md D: DeepEP RDMA 43-58 of ~50 GB/s (bottleneck link)
-DISPATCH_FLOOR_US = 19.0  # REFERENCE-DATA.md D: ~18-20 us dispatch floor
-COMBINE_FLOOR_US = 31.0  # REFERENCE-DATA.md D: ~31 us combine floor
+DISPATCH_FLOOR_US = 19.0  # REFERENCE-DATA.md D: ~18-20 us dispatch floor (GB200 NVL72)
+COMBINE_FLOOR_US = 31.0  # REFERENCE-DATA.md D: ~31 us combine floor (GB200 NVL72)
+FLOOR_REFERENCE_GBYTES_PER_S = 900.0  # GB200's NVLink5 per direction, where the floors were read
 ALLREDUCE_EFF = 0.80  # assumed: NCCL ring bus bandwidth share of NVLink
 
 
@@ -50,15 +51,35 @@ def _bandwidth(link: Link, ranks: int) -> float:
     return link.gbytes_per_s * 1e3 * eff
 
 
+def all_to_all_floor_us(system: System, combine: bool) -> float:
+    """Per-call floor of an NVLink all-to-all, measured on GB200; scaled to other NVLink
+    generations by link speed (assumed: the floor is set by the fabric's round trips)."""
+    floor = COMBINE_FLOOR_US if combine else DISPATCH_FLOOR_US
+    return floor * FLOOR_REFERENCE_GBYTES_PER_S / system.gpu.nvlink_gbytes_per_s.value
+
+
 def all_to_all_us(system: System, link: Link, ranks: int, bytes_per_rank: float,
-                  combine: bool) -> float:
-    """One dispatch (or combine) of `bytes_per_rank` leaving each rank to its peers."""
+                  combine: bool, nodes: int = 1, top_k: int = 8) -> float:
+    """One dispatch (or combine) of `bytes_per_rank` leaving each rank to its peers. Across
+    `nodes` RDMA-joined nodes a token crosses the network once per distinct remote node its
+    experts live on (DeepEP forwards inside the node over NVLink)."""
     if ranks <= 1:
         return 0.0
-    floor = COMBINE_FLOOR_US if combine else DISPATCH_FLOOR_US
+    floor = all_to_all_floor_us(system, combine)
+    share = (ranks - 1) / ranks
     if link.kind == "rdma":
         floor += system.latency.p2p_us.value
-    return floor + bytes_per_rank * (ranks - 1) / ranks / _bandwidth(link, ranks)
+        share = remote_node_share(nodes, top_k)
+    return floor + bytes_per_rank * share / _bandwidth(link, ranks)
+
+
+def remote_node_share(nodes: int, top_k: int) -> float:
+    """Bytes that cross RDMA per routed copy of a token: distinct remote nodes among its
+    top-k experts (uniform routing) over top-k."""
+    if nodes <= 1:
+        return 0.0
+    distinct = nodes * (1 - (1 - 1 / nodes) ** top_k)
+    return distinct * (nodes - 1) / nodes / top_k
 
 
 def all_reduce_us(system: System, link: Link, ranks: int, nbytes: float) -> float:

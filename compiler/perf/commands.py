@@ -6,6 +6,7 @@ stdout carries results, stderr diagnostics; 0 OK, 2 bad input.
 """
 
 import argparse
+import io
 import json
 import sys
 
@@ -22,8 +23,11 @@ def cmd_perf_ops(args: argparse.Namespace) -> int:
         sys.stderr.write(exc.diagnostic.render() + "\n")
         return 2
     model = op_model(system, catalog.calibration(system.name))
+    # Undecodable bytes become U+FFFD, so such a line is reported as bad JSON, not a crash.
+    stdin = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+             if hasattr(sys.stdin, "buffer") else sys.stdin)
     bad = 0
-    for result in query.run_queries(model, sys.stdin):
+    for result in query.run_queries(model, stdin):
         if isinstance(result, dict):
             sys.stdout.write(json.dumps(result) + "\n")
             sys.stdout.flush()  # answer each query as it comes, for interactive pipes

@@ -43,7 +43,7 @@ EFFICIENCIES = ("e_max", "e_mem")
 
 @dataclass(frozen=True)
 class Point:
-    """One measured query: its op, dtype, the work it asks for and the median time."""
+    """One measured query: its op, dtype, the query (with `impl`) and the median time."""
 
     op: str
     dtype: str
@@ -61,9 +61,9 @@ class Spec:
     borrow: dict[str, str] = field(default_factory=dict)
 
 
-ALL_TERMS = ("e_max", "size_half", "e_mem", "overhead_us", "depth_half", "stream_gbps")
-OPTIONAL_TERMS = ("depth_half", "stream_gbps")  # 0 (neutral) where an op does not fit them
-NEUTRAL_TERMS = ("size_half", "depth_half", "stream_gbps")  # 0 means "no such effect"
+ALL_TERMS = ("e_max", "size_half", "e_mem", "overhead_us", "depth_half", "streams_full")
+OPTIONAL_TERMS = ("depth_half", "streams_full")  # 0 (neutral) where an op does not fit them
+NEUTRAL_TERMS = ("size_half", "depth_half", "streams_full")  # 0 means "no such effect"
 PRUNE_TOLERANCE = 1e-3  # loss increase accepted when a term is set to 0
 # Fitted in this order, so an op can borrow from one fitted before it.
 SPECS: dict[str, Spec] = {
@@ -71,7 +71,7 @@ SPECS: dict[str, Spec] = {
     "gemm": Spec(ALL_TERMS),
     "grouped_gemm": Spec(ALL_TERMS),
     # GQA decode never becomes compute-bound, so its compute side cannot be fitted from it.
-    "attn_decode": Spec(("e_mem", "overhead_us", "stream_gbps"),
+    "attn_decode": Spec(("e_mem", "overhead_us", "streams_full"),
                         {"e_max": DECODE_E_MAX, "size_half": 0.0}),
     # Prefill is compute-bound on every measured shape; its memory side streams the same
     # K/V as decode does, with the same kernels.
@@ -79,11 +79,25 @@ SPECS: dict[str, Spec] = {
                          borrow={"e_mem": "attn_decode"}),
 }
 START = {"e_max": 0.7, "size_half": 16.0, "e_mem": 0.85, "overhead_us": 5.0,
-         "depth_half": 64.0, "stream_gbps": 100.0}
+         "depth_half": 64.0, "streams_full": 32.0}
 
 
 # ---------------------------------------------------------------------------------------
 # Measurements
+
+
+WORK: dict[str, Callable[[dict], Work]] = {
+    "gemm": lambda q: ops.gemm_work(q["dtype"], q["m"], q["n"], q["k"]),
+    "grouped_gemm": lambda q: ops.grouped_gemm_work(
+        q["dtype"], q["experts"], q["tokens_per_expert"], q["k"], q["n"]),
+    # measure.py: a single KV head is MLA's latent, and V is the same tensor as K
+    "attn_decode": lambda q: ops.attn_decode_work(
+        q["dtype"], q["batch"], q["q_heads"], q["kv_heads"], q["head_dim"], q["kv_len"],
+        v_head_dim=q["head_dim"] if q["kv_heads"] == 1 else None),
+    "attn_prefill": lambda q: ops.attn_prefill_work(
+        q["dtype"], q["seq_len"], q["q_heads"], q["kv_heads"], q["head_dim"], q["causal"]),
+    "copy": lambda q: ops.copy_work(q["bytes"]),
+}
 
 
 def load_raw(path: Path) -> dict:
@@ -105,19 +119,9 @@ def representative(query: dict) -> bool:
 
 
 def points(raw: dict) -> list[Point]:
-    return [Point(m["op"], dtype_of(m), m, float(m["us"])) for m in raw["measurements"]]
-
-
-WORK: dict[str, Callable[[dict], Work]] = {
-    "gemm": lambda q: ops.gemm_work(q["dtype"], q["m"], q["n"], q["k"]),
-    "grouped_gemm": lambda q: ops.grouped_gemm_work(
-        q["dtype"], q["experts"], q["tokens_per_expert"], q["k"], q["n"]),
-    "attn_decode": lambda q: ops.attn_decode_work(
-        q["dtype"], q["batch"], q["q_heads"], q["kv_heads"], q["head_dim"], q["kv_len"]),
-    "attn_prefill": lambda q: ops.attn_prefill_work(
-        q["dtype"], q["seq_len"], q["q_heads"], q["kv_heads"], q["head_dim"], q["causal"]),
-    "copy": lambda q: ops.copy_work(q["bytes"]),
-}
+    """The raw file's measurements of ops the model fits (others are left for later)."""
+    return [Point(m["op"], dtype_of(m), m, float(m["us"])) for m in raw["measurements"]
+            if m["op"] in WORK]
 
 
 def stacked_work(pts: Sequence[Point]) -> Work:
@@ -323,9 +327,9 @@ def describe(device: dict) -> str:
 
 
 NOTES = (
-    "curves: t = overhead_us + max(flops / (peak * e_c), bytes / min(bw * e_mem, "
-    "streams * stream_gbps)), e_c = e_max * size/(size+size_half) * depth/(depth+depth_half) "
-    "(compiler/perf/ops.py)",
+    "curves: t = overhead_us + max(flops / (peak * e_c), bytes / (bw * e_m)); e_c = e_max * "
+    "size/(size+size_half) * depth/(depth+depth_half); e_m = e_mem * min(1, streams/"
+    "streams_full); 0 turns a term off (compiler/perf/ops.py)",
     f"attn_decode compute side fixed: GQA decode is never compute-bound; e_max {DECODE_E_MAX}"
     " from FlashMLA's 580-660 TFLOPS of 989 (REFERENCE-DATA.md D)",
     "attn_prefill e_mem is attn_decode's: prefill is compute-bound on every measured shape",

@@ -1,18 +1,21 @@
 """Operator costs: a roofline with efficiency curves, per system and dtype.
 
-    t(op) = overhead + max(flops / (peak * e_c), bytes / min(bw * e_mem, streams * stream_bw))
+    t(op) = overhead + max(flops / (peak * e_c), bytes / (bw * e_m))
 
     e_c = e_max * size / (size + size_half) * depth / (depth + depth_half)
+    e_m = e_mem * min(1, streams / streams_full)
 
 * `size` is the parallel work that fills an MMA tile (GEMM rows M, tokens per expert, query
   rows per KV head, the KV length each query attends in prefill); small sizes waste the tile.
 * `depth` is the reduction each output tile loops over (GEMM K, attention head_dim); a short
   loop leaves the tile's fixed prologue and epilogue unamortised.
-* `streams` counts the independent memory streams (128-wide weight column tiles, or
-  (sequence, KV head) pairs); a kernel with few of them is bound by what one stream pulls
-  (`stream_gbps`), not by HBM.
+* `streams` counts the independent memory streams (128-wide weight column tiles, (sequence,
+  KV head) pairs, query heads); a kernel with fewer than `streams_full` of them cannot keep
+  enough loads in flight to reach `e_mem` of the bandwidth. Streams never grow with the
+  sizes that time must not fall with (M, tokens, lengths), only with the data they read.
 * `e_max`, `e_mem` <= 1 and the other terms only add time, so no prediction beats the
   roofline; a system with higher peaks or bandwidth never predicts slower for the same curves.
+* All terms are relative to the GPU's peaks, so another system can carry a curve as is.
 
 The curves' parameters come from a calibration file fitted to measurements on a real GPU
 (`rackc calibrate`, compiler/perf/fit.py); systems without measurements carry the H200's
@@ -57,28 +60,26 @@ class Curve:
     e_mem: float  # share of peak HBM bandwidth reached when memory-bound
     overhead_us: float  # launch, prologue and tail cost
     depth_half: float = 0.0  # reduction length at which half of e_max is reached
-    stream_gbps: float = 0.0  # bandwidth one memory stream reaches; 0: unlimited
+    streams_full: float = 0.0  # memory streams needed to reach e_mem; 0: any number does
 
     def __post_init__(self) -> None:
         if not (0 < self.e_max <= 1 and 0 < self.e_mem <= 1):
             raise ValueError(f"efficiencies must be in (0, 1]: {self}")
-        if min(self.size_half, self.overhead_us, self.depth_half, self.stream_gbps) < 0:
+        if min(self.size_half, self.overhead_us, self.depth_half, self.streams_full) < 0:
             raise ValueError(f"curve terms must be >= 0: {self}")
 
-    def compute_eff(self, size: float, depth: float = 1.0) -> float:
+    def compute_eff(self, size: float, depth: float) -> float:
         return (self.e_max * size / (size + self.size_half)
                 * depth / (depth + self.depth_half))
 
-    def bytes_per_us(self, work: Work, hbm_bytes_per_us: float) -> float:
-        """Achieved bandwidth: HBM's share, or what the op's memory streams pull together."""
-        hbm = hbm_bytes_per_us * self.e_mem
-        if not self.stream_gbps:
-            return hbm
-        return np.minimum(hbm, work.streams * self.stream_gbps * 1e3)
+    def memory_eff(self, streams: float) -> float:
+        if not self.streams_full:
+            return self.e_mem
+        return self.e_mem * np.minimum(1.0, streams / self.streams_full)
 
     def time_us(self, work: Work, flops_per_us: float, hbm_bytes_per_us: float) -> float:
         compute = work.flops / (flops_per_us * self.compute_eff(work.size, work.depth))
-        memory = work.nbytes / self.bytes_per_us(work, hbm_bytes_per_us)
+        memory = work.nbytes / (hbm_bytes_per_us * self.memory_eff(work.streams))
         return self.overhead_us + np.maximum(compute, memory)
 
 
@@ -116,7 +117,7 @@ def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int
     t = tokens_per_expert * skew
     active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
     nbytes = active * n * k * BYTES[dtype] + experts * t * (k * _act_bytes(dtype) + n * 2)
-    return Work(2.0 * experts * t * n * k, nbytes, size=t, depth=k,
+    return Work(2.0 * experts * t * n * k, nbytes, size=max(t, 1.0), depth=k,
                 streams=active * math.ceil(n / TILE))
 
 
@@ -147,7 +148,7 @@ def attn_prefill_work(dtype: str, seq_len: int, q_heads: int, kv_heads: int, hea
               + kv_len * kv_heads * (head_dim + v_dim) * BYTES[dtype]
               + seq_len * q_heads * v_dim * 2)
     return Work(2.0 * q_heads * pairs * (head_dim + v_dim), nbytes, size=pairs / seq_len,
-                depth=head_dim, streams=q_heads * math.ceil(seq_len / TILE))
+                depth=head_dim, streams=q_heads)
 
 
 def indexer_work(dtype: str, batch: int, q_len: int, heads: int, head_dim: int,
@@ -208,7 +209,9 @@ class OpModel:
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
                      skew: float = 1.0, placement: str = "interleaved") -> float:
         """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest expert's load over the mean,
-        which sets the step's critical path when routing is uneven."""
+        which sets the step's critical path when routing is uneven. No tokens: no launch."""
+        if tokens_per_expert <= 0:
+            return 0.0
         work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew)
         return self.time_us("grouped_gemm", dtype, work, placement)
 
@@ -241,8 +244,11 @@ class OpModel:
 
 
 def curve_from_dict(data: dict) -> Curve:
-    """A curve from a calibration file's entry (keys other than the curve's are ignored)."""
-    return Curve(**{name: float(data[name]) for name in CURVE_FIELDS if name in data})
+    """A curve from a calibration file's entry; an unknown key is an error, not ignored."""
+    unknown = sorted(set(data) - set(CURVE_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown curve terms {unknown}; known: {', '.join(CURVE_FIELDS)}")
+    return Curve(**{name: float(value) for name, value in data.items()})
 
 
 def op_model(system: System, calibration: dict | None) -> OpModel:

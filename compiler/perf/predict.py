@@ -37,6 +37,7 @@ class Layout:
     shape: Shape
     count: int
     max_batch: int | None = None
+    max_batched_tokens: int | None = None
 
 
 def workload(inputs: Inputs) -> Workload:
@@ -61,7 +62,8 @@ def context(inputs: Inputs, engram_gpus: int) -> PerfContext:
         model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
         kv_dtype=kv_dtype(inputs), draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
-        engram_gpus=max(1, engram_gpus), nic_gbps=hw.nic_gbps_per_gpu)
+        engram_gpus=max(1, engram_gpus), nic_gbps=hw.nic_gbps_per_gpu,
+        ep_moe_slowdown=catalog.serving_calibration().get("ep_moe_slowdown", {}).get("value", 1.0))
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,
@@ -83,7 +85,7 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
         ctx = context(inputs, engram_gpus)
         if x.role == "prefill":
             out.append(Group("prefill", x.shape, x.count, x.max_batch or PREFILL_MAX_SEQS,
-                             PREFILL_CHUNK_TOKENS, ctx))
+                             x.max_batched_tokens or PREFILL_CHUNK_TOKENS, ctx))
             continue
         cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, x.shape, x.role,
                                                          engram_gpus, w))
@@ -120,8 +122,12 @@ def spare_hbm_gib(inputs: Inputs, shape: Shape, engram_gpus: int) -> float:
     return inputs.system.gpu.hbm_gib.value - mem.total_gib
 
 
-def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None) -> Prediction:
+def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
+                   max_requests_per_s: float | None = None) -> Prediction:
+    """Metrics of `plan` under the workload; `max_requests_per_s` caps admission (the rate at
+    which the solver found the SLO still holds)."""
     w = w or workload(inputs)
+    cap = max_requests_per_s / 1e6 if max_requests_per_s else float("inf")
     gs = groups(inputs, plan, w)
     hit = prefix_hit_rate(w, pool_tokens(inputs, gs))
     gpus = sum(g.gpus for g in gs)
@@ -129,8 +135,8 @@ def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None
     prefill = [g for g in gs if g.role == "prefill"]
     decode = [g for g in gs if g.role == "decode"]
     if prefill and decode:
-        return predict_disaggregated(prefill, decode, w, hit, power, gpus)
-    return predict_aggregated([g for g in gs if g.role != "prefill"], w, hit, power, gpus)
+        return predict_disaggregated(prefill, decode, w, hit, power, gpus, cap)
+    return predict_aggregated([g for g in gs if g.role != "prefill"], w, hit, power, gpus, cap)
 
 
 def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None) -> list[dict]:

@@ -25,18 +25,22 @@ class Kind:
     check: Callable[[object], bool]
 
 
+LARGEST = 2**53  # beyond this, sizes lose integer precision in float arithmetic
+
+
 def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= LARGEST
 
 
 def _is_number(v: object) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and v == v and abs(v) != float("inf")
+    """A finite JSON number (NaN, infinities and huge values are refused)."""
+    return _is_int(v) or (isinstance(v, float) and abs(v) <= LARGEST)
 
 
-SIZE = Kind("positive integer", lambda v: _is_int(v) and v > 0)
-COUNT = Kind("non-negative integer", lambda v: _is_int(v) and v >= 0)
-AMOUNT = Kind("positive number", lambda v: _is_number(v) and v > 0)
-SKEW = Kind("number >= 1", lambda v: _is_number(v) and v >= 1)
+SIZE = Kind("positive integer (at most 2^53)", lambda v: _is_int(v) and v > 0)
+COUNT = Kind("non-negative integer (at most 2^53)", lambda v: _is_int(v) and v >= 0)
+AMOUNT = Kind("positive number (at most 2^53)", lambda v: _is_number(v) and v > 0)
+SKEW = Kind("number >= 1 (at most 2^53)", lambda v: _is_number(v) and v >= 1)
 FLAG = Kind("true or false", lambda v: isinstance(v, bool))
 DTYPE = Kind(" | ".join(f'"{d}"' for d in DTYPES), lambda v: v in DTYPES)
 PLACEMENT = Kind(" | ".join(f'"{p}"' for p in PLACEMENTS), lambda v: v in PLACEMENTS)

@@ -85,7 +85,22 @@ def _prefill_time(g: Group, new: float, cached: float) -> StepTime:
     return prefill_step(g.ctx, g.shape, g.max_batched_tokens, max(1.0, new), cached)
 
 
-def _queue_wait(rho: float, service_us: float, q: float) -> float:
+def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) -> float:
+    """Prefill-to-decode KV hand-off (NIXL): over NVLink inside a rack, else RDMA."""
+    nbytes = tokens * arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype)
+    return comm.transfer_us(ctx.system, nbytes, "nvlink" if same_nvlink_domain else "rdma")
+
+
+def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
+            rho: float, q: float) -> float:
+    """Time to first token at quantile q: the request's prefill chunks (a long prompt at the
+    P90 of lengths needs more), the KV hand-off, and waiting at a prefill rank."""
+    spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
+    service = chunk_us * max(1.0, new * spread / chunk_tokens)
+    return service + transfer_us + queue_wait(rho, chunk_us, q)
+
+
+def queue_wait(rho: float, service_us: float, q: float) -> float:
     """Waiting time at quantile q of an M/M/1 queue with utilisation rho (a safe upper shape
     for the prefill queue): P(W > t) = rho * exp(-(1 - rho) t / s)."""
     if rho <= 1 - q:
@@ -101,7 +116,10 @@ class _State:
 
 
 def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload,
-                          hit: float, power_w: float, total_gpus: int) -> Prediction:
+                          hit: float, power_w: float, total_gpus: int,
+                          rate_cap: float = float("inf")) -> Prediction:
+    """`rate_cap` (requests/us): the admission limit that keeps the SLO (the solver's goodput);
+    requests beyond it wait outside the deployment."""
     ctx = decode[0].ctx
     kv_len = w.isl + w.osl / 2
     cached, new = w.isl * hit, w.isl * (1 - hit)
@@ -115,21 +133,18 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         slowest = max(s.us for s in steps.values())
         return slowest, steps
 
+    transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
+
     def ttft(rate: float, q: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
         g = prefill[0]
-        chunk_us = p_steps[id(g)].us
-        spread = 1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)
-        service = chunk_us * max(1.0, new * spread / g.max_batched_tokens)
-        transfer = comm.transfer_us(ctx.system, w.isl * arch.kv_bytes_per_token(
-            ctx.model, ctx.kv_dtype), "nvlink" if _one_domain(prefill + decode) else "rdma")
-        return service + transfer + _queue_wait(rho, chunk_us, q)
+        return ttft_us(p_steps[id(g)].us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
         step_us, _steps = decode_at(state.batch)
         decode_us = w.osl / ctx.acceptance * step_us
-        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), max_slots / decode_us)
+        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), max_slots / decode_us, rate_cap)
         rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
         batch = min(rate * decode_us / max(d_ranks, 1), max(g.max_batch for g in decode))
         nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
@@ -148,7 +163,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
 
 
 def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: float,
-                       total_gpus: int) -> Prediction:
+                       total_gpus: int, rate_cap: float = float("inf")) -> Prediction:
     """Each step of an aggregated rank decodes its batch and prefills the new tokens that
     arrived meanwhile (chunked prefill). In steady state a rank admits batch * acceptance / osl
     requests per step, so each step carries that many requests' new tokens of prefill."""
@@ -165,7 +180,7 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
     budget = max(1.0, g.max_batched_tokens - batch * (1 + ctx.draft_tokens))
     ttft50 = max(1.0, new / budget) * step.us
     ttft90 = max(1.0, new * (1 + Z90 * w.isl_cv) / budget) * step.us
-    rate = min(w.concurrency / (ttft50 + decode_us), ranks * batch / decode_us)
+    rate = min(w.concurrency / (ttft50 + decode_us), ranks * batch / decode_us, rate_cap)
     return _finish(w, _State(rate, batch), step, ttft50, ttft90, hit, power_w, total_gpus,
                    ctx, [_row(x, batch, step, "decode_step_us") for x in groups],
                    {"decode": step.rounded(), "prefill": chunk.rounded()},

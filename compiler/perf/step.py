@@ -35,6 +35,7 @@ class PerfContext:
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
     nic_gbps: float | None = None
+    ep_moe_slowdown: float = 1.0  # fitted end to end (catalog calibration/serving.json)
 
 
 @dataclass
@@ -66,9 +67,12 @@ def _expert_placement(ctx: PerfContext) -> str:
     return "local" if ctx.die_local else "interleaved"
 
 
-def _skew(local_experts: int, tokens_per_expert: float) -> float:
+def _skew(local_experts: int, tokens_per_expert: float, ep_moe_slowdown: float) -> float:
+    """Busiest rank's expert work over the mean: Poisson noise on few tokens, and at least
+    the end-to-end slowdown of expert-parallel MoE fitted to REFERENCE-DATA.md C1 (routing
+    imbalance across ranks, SMs taken by the all-to-all kernels, imperfect overlap)."""
     routed = max(1.0, local_experts * tokens_per_expert)
-    return 1.0 + SKEW_SPREAD / math.sqrt(routed)
+    return max(1.0 + SKEW_SPREAD / math.sqrt(routed), ep_moe_slowdown)
 
 
 def _link(ctx: PerfContext, shape: Shape) -> comm.Link:
@@ -161,17 +165,20 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         local = moe.experts // shape.ep
         per_expert = tokens * shape.dp * moe.top_k / moe.experts
         inter = moe.expert_intermediate
+        nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
         st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
-                                              tokens * moe.top_k * h * 1.0, combine=False))
+                                              tokens * moe.top_k * h * 1.0, False, nodes,
+                                              moe.top_k))
         st.add("combine", comm.all_to_all_us(ctx.system, link, shape.ep,
-                                             tokens * moe.top_k * h * 2.0, combine=True))
+                                             tokens * moe.top_k * h * 2.0, True, nodes,
+                                             moe.top_k))
     else:  # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
         local = moe.experts // shape.ep
         per_expert = tokens * moe.top_k / moe.experts
         inter = moe.expert_intermediate // (shape.tp // shape.ep)
         if shape.tp > 1:
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
-    skew = _skew(local, per_expert)
+    skew = _skew(local, per_expert, ctx.ep_moe_slowdown if shape.ep > 1 else 1.0)
     st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter, skew=skew,
                                            placement=place))
     st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, inter, h, skew=skew,
@@ -264,8 +271,22 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
     _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
     _engram(ctx, st, tokens)
+    _overlap_communication(st)
     st.add("overhead", PREFILL_OVERHEAD_US)
     return st
+
+
+def _overlap_communication(st: StepTime) -> None:
+    """Prefill runs two micro-batches whose all-to-all hides behind the other's compute
+    (dual-batch overlap, REFERENCE-DATA.md C1 V1/V2): only the part of dispatch and combine
+    that exceeds the compute stays on the critical path."""
+    comm_us = st.breakdown.get("dispatch", 0.0) + st.breakdown.get("combine", 0.0)
+    if not comm_us:
+        return
+    compute = st.us - comm_us
+    visible = max(0.0, comm_us - compute)
+    for key in ("dispatch", "combine"):
+        st.breakdown[key] *= visible / comm_us
 
 
 def kv_bytes_per_token(ctx: PerfContext) -> int:

@@ -22,6 +22,8 @@ from compiler.perf.step import PerfContext, decode_step, prefill_step
 from compiler.precheck import Precheck
 from compiler.shapes import Shape
 
+PREFILL_CHUNKS = (PREFILL_CHUNK_TOKENS, 8192, 4096, 2048)  # tokens per rank per prefill step
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -73,36 +75,45 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
                       engram_gpus: int) -> Candidate:
+    """The prefill chunk (tokens per rank per step) with the most requests/s within the TTFT
+    SLO: smaller chunks finish sooner, larger ones use the GPU better."""
+    options = [_prefill_at(inputs, shape, w, hit, engram_gpus, chunk)
+               for chunk in PREFILL_CHUNKS]
+    return max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+
+
+def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
+                chunk: int) -> Candidate:
     ctx = context(inputs, engram_gpus)
     new, cached = w.isl * (1 - hit), w.isl * hit
-    step = prefill_step(ctx, shape, PREFILL_CHUNK_TOKENS, max(1.0, new), cached).us
-    service = step * max(1.0, new / PREFILL_CHUNK_TOKENS)
-    utilisation = _utilisation_for_ttft(inputs, service, step)
+    step = prefill_step(ctx, shape, chunk, max(1.0, new), cached).us
+    transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
+
+    def ttft(rho: float, q: float) -> float:
+        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q)
+
+    utilisation = _utilisation_for_ttft(inputs, ttft)
     if utilisation <= 0:
-        return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, PREFILL_CHUNK_TOKENS, step,
-                         f"one request takes {service / 1e3:.0f} ms, over the TTFT SLO")
-    tokens_per_s = shape.dp * PREFILL_CHUNK_TOKENS / step * 1e6
-    rps = tokens_per_s / max(1.0, new) * utilisation
-    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, PREFILL_CHUNK_TOKENS, step, "")
+        return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, chunk, step,
+                         f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
+                         "token, over the TTFT SLO")
+    rps = shape.dp * chunk / step * 1e6 / max(1.0, new) * utilisation
+    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "")
 
 
-def _utilisation_for_ttft(inputs: Inputs, service_us: float, chunk_us: float) -> float:
-    """Highest prefill utilisation whose queueing keeps TTFT within the SLO (M/M/1 tail)."""
+def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
+    """Highest prefill utilisation whose TTFT (with queueing) stays within the SLO."""
     slo = inputs.deployment.spec.slo
     best = MAX_UTILISATION
     for limit_ms, q in ((slo.ttft_ms_p50, 0.5), (slo.ttft_ms_p90, 0.9)):
         if limit_ms is None:
             continue
-        budget = limit_ms * 1e3 - service_us
-        if budget <= 0:
+        if ttft(0.0, q) > limit_ms * 1e3:
             return 0.0
         lo, hi = 0.0, MAX_UTILISATION
         for _ in range(40):
             mid = (lo + hi) / 2
-            if serving._queue_wait(mid, chunk_us, q) <= budget:
-                lo = mid
-            else:
-                hi = mid
+            lo, hi = (mid, hi) if ttft(mid, q) <= limit_ms * 1e3 else (lo, mid)
         best = min(best, lo)
     return best
 

@@ -99,8 +99,8 @@ def add_slo(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
 
 
 def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """Pinned mode: each (role, shape) count equals the sum of its active pinned entries, and
-    nothing else is placed."""
+    """Pinned mode: each pinned (role, shape) count equals the sum of its entries while they
+    hold (a relaxed entry leaves the count free); nothing unpinned is placed."""
     pinned: dict[tuple[str, str], list] = {}
     for pin in p.pins:
         pinned.setdefault((pin.role, pin.shape.name), []).append(pin)
@@ -108,7 +108,11 @@ def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
         if i not in v.n:
             continue
         entries = pinned.get((c.role, c.shape.name), [])
-        m.add(v.n[i] == sum(v.lits[e.requirement.key] * e.count for e in entries))
+        if not entries:
+            m.add(v.n[i] == 0)
+            continue
+        m.add(v.n[i] == sum(e.count for e in entries)).only_enforce_if(
+            [v.lits[e.requirement.key] for e in entries])
 
 
 def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:

@@ -12,5 +12,6 @@ def solver() -> cp_model.CpSolver:
     s.parameters.num_workers = 1
     s.parameters.random_seed = SEED
     s.parameters.max_deterministic_time = DETERMINISTIC_SECONDS
+    s.parameters.linearization_level = 2  # the tray-role cuts need the full LP
     s.parameters.log_search_progress = False
     return s

@@ -1,9 +1,11 @@
 """Phase 2 of the solve: which GPUs each instance takes (CP-SAT).
 
-Sub-tray instances (DEP2, TP2, ...) take one aligned block of GPUs inside one tray; larger ones
-take whole trays (TP8 on a 4-GPU tray: exactly two), all inside one NVLink domain (HGX: one
-RDMA cluster). The objective keeps prefill and decode on separate trays where possible, packs
-prefill from the first tray and decode from the last, and orders identical instances.
+Instances of one (role, shape) are interchangeable, so the model has no per-instance
+variables (no symmetry to break): a sub-tray type (DEP2, TP2, ...) takes aligned blocks of GPUs
+inside one tray; a whole-tray type (TP8 on 4-GPU trays, DEP16, ...) takes trays, a multiple of
+its trays-per-instance inside each NVLink domain (HGX: the RDMA cluster). Instances are cut from
+the chosen blocks and trays afterwards, in GPU order. The objective keeps prefill and decode on
+separate trays where possible, then keeps each whole-tray type on contiguous runs of trays.
 """
 
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from compiler.solve.params import solver
 from compiler.solve.problem import Problem
 
 MIXED_TRAY_COST = 1000
-SPAN_COST = 10
+RUN_COST = 10
 
 
 @dataclass(frozen=True)
@@ -29,11 +31,21 @@ class Wanted:
     need: DomainMemory  # per memory domain of each of its GPUs
 
 
+@dataclass(frozen=True)
+class Kind:
+    """All wanted instances of one role and shape."""
+
+    role: str
+    shape: Shape
+    need: DomainMemory
+    count: int
+
+
 @dataclass
 class PlaceVars:
-    # instance -> list of (var, tray, gpus it covers)
+    # kind index -> [(var, tray, GPUs it covers)]: an aligned block (sub-tray) or a whole tray
     options: dict[int, list[tuple[cp_model.IntVar, str, tuple[str, ...]]]]
-    in_domain: dict[tuple[int, str], cp_model.IntVar]
+    per_domain: dict[tuple[int, str], cp_model.IntVar]  # whole-tray instances per domain
 
 
 @dataclass(frozen=True)
@@ -45,44 +57,63 @@ class Placement:
     deterministic_seconds: float
 
 
-def _blocks(gpus: list[str], size: int) -> list[tuple[str, ...]]:
-    return [tuple(gpus[i:i + size]) for i in range(0, len(gpus) - size + 1, size)]
+def kinds(wanted: list[Wanted]) -> list[Kind]:
+    out: dict[tuple[str, Shape], Kind] = {}
+    for w in wanted:
+        k = out.get((w.role, w.shape))
+        out[w.role, w.shape] = Kind(w.role, w.shape, w.need, (k.count if k else 0) + 1)
+    return list(out.values())
 
 
-def add_options(m: cp_model.CpModel, p: Problem, wanted: list[Wanted]) -> PlaceVars:
-    """One boolean per way an instance may sit: an aligned block of a tray, or a whole tray."""
+def _per_tray(p: Problem) -> int:
+    return p.domains[0].gpus_per_tray
+
+
+def _whole(p: Problem, kind: Kind) -> int:
+    """Trays per instance (0 for a sub-tray kind)."""
+    per = _per_tray(p)
+    return kind.shape.gpus // per if kind.shape.gpus >= per else 0
+
+
+def add_options(m: cp_model.CpModel, p: Problem, ks: list[Kind]) -> PlaceVars:
     opts: dict[int, list] = {}
-    per = p.domains[0].gpus_per_tray
-    for i, w in enumerate(wanted):
+    for i, k in enumerate(ks):
         opts[i] = []
         for d in p.domains:
             for t in d.trays:
                 gpus = p.gpus_of(t)
-                blocks = _blocks(gpus, w.shape.gpus) if w.shape.gpus < per else [tuple(gpus)]
-                for b, block in enumerate(blocks):
-                    opts[i].append((m.new_bool_var(f"x[{i},{t},{b}]"), t, block))
-    in_domain = {(i, d.id): m.new_bool_var(f"dom[{i},{d.id}]")
-                 for i in range(len(wanted)) for d in p.domains}
-    return PlaceVars(opts, in_domain)
+                if _whole(p, k):
+                    opts[i].append((m.new_bool_var(f"tray[{i},{t}]"), t, tuple(gpus)))
+                    continue
+                size = k.shape.gpus
+                for b in range(0, len(gpus) - size + 1, size):
+                    opts[i].append((m.new_bool_var(f"block[{i},{t},{b}]"), t,
+                                    tuple(gpus[b:b + size])))
+    per_domain = {(i, d.id): m.new_int_var(0, len(d.trays), f"inst[{i},{d.id}]")
+                  for i, k in enumerate(ks) if _whole(p, k) for d in p.domains}
+    return PlaceVars(opts, per_domain)
 
 
-def add_shape_on_trays(m: cp_model.CpModel, p: Problem, wanted: list[Wanted],
-                       v: PlaceVars) -> None:
-    """A sub-tray instance takes exactly one block; a larger one exactly gpus/tray whole trays
-    (TP8 on 4-GPU trays: two; DEP16: four)."""
-    per = p.domains[0].gpus_per_tray
-    for i, w in enumerate(wanted):
-        count = 1 if w.shape.gpus < per else w.shape.gpus // per
-        m.add(sum(x for x, _, _ in v.options[i]) == count)
+def add_shape_on_trays(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
+    """A sub-tray instance is one aligned block of one tray; a whole-tray instance takes
+    gpus/tray whole trays (TP8 on 4-GPU trays: exactly two; DEP16: four)."""
+    for i, k in enumerate(ks):
+        if not _whole(p, k):
+            m.add(sum(x for x, _, _ in v.options[i]) == k.count)
 
 
-def add_one_nvlink_domain(m: cp_model.CpModel, p: Problem, wanted: list[Wanted],
+def add_one_nvlink_domain(m: cp_model.CpModel, p: Problem, ks: list[Kind],
                           v: PlaceVars) -> None:
-    dom_of = {t: d.id for d in p.domains for t in d.trays}
-    for i in range(len(wanted)):
-        m.add_exactly_one(v.in_domain[i, d.id] for d in p.domains)
-        for x, t, _ in v.options[i]:
-            m.add_implication(x, v.in_domain[i, dom_of[t]])
+    """Each whole-tray instance's trays lie in one domain: every domain holds a whole number of
+    instances' worth of trays (sub-tray instances live in one tray, hence one domain)."""
+    for i, k in enumerate(ks):
+        trays = _whole(p, k)
+        if not trays:
+            continue
+        for d in p.domains:
+            chosen = [x for x, t, _ in v.options[i] if t in d.trays]
+            m.add(sum(chosen) == trays * v.per_domain[i, d.id])
+        m.add(sum(v.per_domain[i, d.id] for d in p.domains) == k.count)
 
 
 def add_gpu_exclusive(m: cp_model.CpModel, v: PlaceVars) -> None:
@@ -104,26 +135,49 @@ def add_unavailable_unused(m: cp_model.CpModel, p: Problem, v: PlaceVars) -> Non
                 m.add(x == 0)
 
 
-def add_domain_memory(m: cp_model.CpModel, p: Problem, wanted: list[Wanted],
-                      v: PlaceVars) -> None:
+def add_domain_memory(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
     """Every memory domain's weights + KV + Engram + pool + workspace within its capacity."""
     cap = p.hbm_gib / p.inputs.system.domains_per_gpu
-    for i, w in enumerate(wanted):
-        if total_gib(w.need) > cap + 1e-6:
+    for i, k in enumerate(ks):
+        if total_gib(k.need) > cap + 1e-6:
             for x, _, _ in v.options[i]:
                 m.add(x == 0)
 
 
-def add_symmetry_breaking(m: cp_model.CpModel, p: Problem, wanted: list[Wanted],
-                          v: PlaceVars) -> None:
-    """Identical instances are interchangeable: order them by where they start."""
-    index = gpu_index(p)
-    starts = {i: sum(x * index[gpus[0]] for x, _, gpus in v.options[i])
-              for i in range(len(wanted))}
-    for i in range(len(wanted) - 1):
-        a, b = wanted[i], wanted[i + 1]
-        if (a.role, a.shape) == (b.role, b.shape):
-            m.add(starts[i] <= starts[i + 1])
+def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
+    """Fewest trays shared by prefill and decode, then fewest runs of trays per whole-tray kind.
+    Role flags bound the options from above, and a redundant cut (a role needs at least
+    ceil(GPUs / tray) trays) gives the relaxation the mixed-tray lower bound at once."""
+    per = _per_tray(p)
+    roles = sorted({k.role for k in ks})
+    trays = [t for d in p.domains for t in d.trays]
+    mixed, flags_of = [], {r: [] for r in roles}
+    for t in trays:
+        flags = []
+        for role in roles:
+            here = [x for i, k in enumerate(ks) if k.role == role
+                    for x, tt, _ in v.options[i] if tt == t]
+            flag = m.new_bool_var(f"role[{t},{role}]")
+            for x in here:
+                m.add_implication(x, flag)
+            flags.append(flag)
+            flags_of[role].append(flag)
+        if len(flags) > 1:
+            mix = m.new_bool_var(f"mixed[{t}]")
+            m.add(sum(flags) - 1 <= mix * (len(flags) - 1))
+            mixed.append(mix)
+    for role in roles:
+        gpus = sum(k.count * k.shape.gpus for k in ks if k.role == role)
+        m.add(sum(flags_of[role]) >= -(-gpus // per))
+    runs = []
+    for i, k in enumerate(ks):
+        if _whole(p, k):
+            on = {t: x for x, t, _ in v.options[i]}
+            for a, b in zip([None, *trays], trays, strict=False):
+                start = m.new_bool_var(f"run[{i},{b}]")
+                m.add(start >= on[b] - (on[a] if a is not None else 0))
+                runs.append(start)
+    m.minimize(MIXED_TRAY_COST * sum(mixed) + RUN_COST * sum(runs))
 
 
 def gpu_index(p: Problem) -> dict[str, int]:
@@ -131,64 +185,45 @@ def gpu_index(p: Problem) -> dict[str, int]:
     return {g: k for k, g in enumerate(gpus)}
 
 
-def add_objective(m: cp_model.CpModel, p: Problem, wanted: list[Wanted], v: PlaceVars) -> None:
-    trays = [t for d in p.domains for t in d.trays]
-    position = {t: k for k, t in enumerate(trays)}
-    mixed = []
-    for t in trays:
-        roles = {}
-        for role in ("prefill", "decode", "aggregated"):
-            here = [x for i, w in enumerate(wanted) if w.role == role
-                    for x, tt, _ in v.options[i] if tt == t]
-            if here:
-                r = m.new_bool_var(f"has[{t},{role}]")
-                m.add_max_equality(r, here)
-                roles[role] = r
-        if len(roles) > 1:
-            mix = m.new_bool_var(f"mixed[{t}]")
-            m.add(sum(roles.values()) - 1 <= mix * len(roles))
-            mixed.append(mix)
-    last = len(trays) - 1
-    placement = sum(x * (position[t] if w.role == "prefill" else last - position[t])
-                    for i, w in enumerate(wanted) for x, t, _ in v.options[i])
-    m.minimize(MIXED_TRAY_COST * sum(mixed) + SPAN_COST * _spans(m, wanted, v, position)
-               + placement)
-
-
-def _spans(m: cp_model.CpModel, wanted: list[Wanted], v: PlaceVars,
-           position: dict[str, int]) -> cp_model.LinearExpr:
-    """Trays between the first and last tray of each multi-tray instance: contiguous is best."""
-    spans = []
-    for i in range(len(wanted)):
-        trays = {t for _, t, _ in v.options[i]}
-        if sum(1 for _ in v.options[i]) == len(trays) and wanted[i].shape.gpus > len(
-                v.options[i][0][2]):
-            lo = m.new_int_var(0, len(position), f"lo[{i}]")
-            hi = m.new_int_var(0, len(position), f"hi[{i}]")
-            for x, t, _ in v.options[i]:
-                m.add(lo <= position[t]).only_enforce_if(x)
-                m.add(hi >= position[t]).only_enforce_if(x)
-            spans.append(hi - lo)
-    return sum(spans)
+def _instances(p: Problem, ks: list[Kind], v: PlaceVars, s: cp_model.CpSolver
+               ) -> dict[int, list[tuple[str, ...]]]:
+    """Cut each kind's chosen blocks or trays into instances, in GPU order."""
+    out = {}
+    for i, k in enumerate(ks):
+        chosen = [(t, gpus) for x, t, gpus in v.options[i] if s.value(x)]
+        per = _whole(p, k)
+        if not per:
+            out[i] = [gpus for _, gpus in chosen]
+            continue
+        out[i] = []
+        for d in p.domains:
+            mine = [gpus for t, gpus in chosen if t in d.trays]
+            for j in range(0, len(mine), per):
+                out[i].append(tuple(g for gpus in mine[j:j + per] for g in gpus))
+    return out
 
 
 def place(p: Problem, wanted: list[Wanted]) -> Placement | None:
     m = cp_model.CpModel()
-    v = add_options(m, p, wanted)
-    add_shape_on_trays(m, p, wanted, v)
-    add_one_nvlink_domain(m, p, wanted, v)
+    ks = kinds(wanted)
+    v = add_options(m, p, ks)
+    add_shape_on_trays(m, p, ks, v)
+    add_one_nvlink_domain(m, p, ks, v)
     add_gpu_exclusive(m, v)
     add_unavailable_unused(m, p, v)
-    add_domain_memory(m, p, wanted, v)
-    add_symmetry_breaking(m, p, wanted, v)
-    add_objective(m, p, wanted, v)
+    add_domain_memory(m, p, ks, v)
+    add_objective(m, p, ks, v)
     s = solver()
     status = s.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    chosen = []
-    for i in range(len(wanted)):
-        gpus = [g for x, _, block in v.options[i] if s.value(x) for g in block]
-        chosen.append(tuple(sorted(gpus, key=gpu_index(p).__getitem__)))
-    return Placement(chosen, s.status_name(status), s.objective_value, s.best_objective_bound,
+    cut = _instances(p, ks, v, s)
+    index = {(k.role, k.shape): i for i, k in enumerate(ks)}
+    taken: dict[int, int] = {}
+    gpus = []
+    for w in wanted:
+        i = index[w.role, w.shape]
+        gpus.append(cut[i][taken.get(i, 0)])
+        taken[i] = taken.get(i, 0) + 1
+    return Placement(gpus, s.status_name(status), s.objective_value, s.best_objective_bound,
                      round(s.deterministic_time, 3))

@@ -4,7 +4,9 @@
 #   .venv-vllm033/  vLLM 0.33.0's parser (trimmed), plus Mooncake 0.3.13.post1's
 #                   pure-Python config loader from its wheel
 #   .venv-dyn161/   Dynamo 1.6.1 with the vLLM 0.31.0 it pins
-# Idempotent: a venv that exists and imports what the tests need is kept.
+# Idempotent: a venv is kept while its stamp matches its lock file. The stamp is
+# written once the venv imports what the tests need (that import takes 10-20 s,
+# too long to repeat on every run).
 # Usage: bash tests/conformance/make_venvs.sh
 set -euo pipefail
 
@@ -15,14 +17,24 @@ mooncake_wheel=mooncake-transfer-engine==0.3.13.post1
 mooncake_dir=mooncake-0.3.13.post1
 export VLLM_TARGET_DEVICE=cpu
 
-usable() {  # venv python-statement
-  [ -x "$1/bin/python" ] && "$1/bin/python" -c "$2" >/dev/null 2>&1
+stamp_of() {  # lock-file
+  sha256sum < "$1" | cut -d' ' -f1
+}
+
+current() {  # venv lock-file
+  [ -x "$1/bin/python" ] && [ "$(cat "$1/.stamp" 2>/dev/null)" = "$(stamp_of "$2")" ]
 }
 
 create() {  # venv lock-file
   rm -rf "$1"
   python3 -m venv "$1"
   "$1/bin/pip" install --quiet --no-deps -r "$2"
+}
+
+finish() {  # venv lock-file python-import-statement
+  "$1/bin/python" -c "$3" >/dev/null
+  stamp_of "$2" > "$1/.stamp"
+  echo "made $1"
 }
 
 # The compiled kernels and vendored GPU code are not needed to parse lines or
@@ -40,33 +52,32 @@ add_mooncake_loader() {  # venv
   local tmp
   tmp=$(mktemp -d)
   "$1/bin/pip" download --quiet --no-deps --only-binary=:all: -d "$tmp" "$mooncake_wheel"
-  "$1/bin/python" -m zipfile -e "$tmp"/*.whl "$tmp/wheel"
-  mkdir -p "$1/$mooncake_dir/mooncake"
-  cp "$tmp/wheel/mooncake/mooncake_config.py" "$1/$mooncake_dir/mooncake/"
+  "$1/bin/python" -c 'import sys, zipfile
+zipfile.ZipFile(sys.argv[1]).extract("mooncake/mooncake_config.py", sys.argv[2])' \
+    "$tmp"/*.whl "$1/$mooncake_dir"
   rm -rf "$tmp"
 }
 
 make_vllm() {
-  local venv="$repo/.venv-vllm033"
-  if usable "$venv" "import vllm.entrypoints.common.cli_args" \
-      && [ -f "$venv/$mooncake_dir/mooncake/mooncake_config.py" ]; then
+  local venv="$repo/.venv-vllm033" lock="$locks/lock-vllm033.txt"
+  if current "$venv" "$lock"; then
     echo "kept $venv"
     return
   fi
-  create "$venv" "$locks/lock-vllm033.txt"
+  create "$venv" "$lock"
   trim_vllm "$venv"
   add_mooncake_loader "$venv"
-  echo "made $venv"
+  finish "$venv" "$lock" "import vllm.entrypoints.common.cli_args, vllm.distributed.mooncake_store"
 }
 
 make_dynamo() {
-  local venv="$repo/.venv-dyn161"
-  if usable "$venv" "import dynamo.vllm.args, dynamo.frontend.main"; then
+  local venv="$repo/.venv-dyn161" lock="$locks/lock-dyn161-vllm031.txt"
+  if current "$venv" "$lock"; then
     echo "kept $venv"
     return
   fi
-  create "$venv" "$locks/lock-dyn161-vllm031.txt"
-  echo "made $venv"
+  create "$venv" "$lock"
+  finish "$venv" "$lock" "import dynamo.vllm.args, dynamo.frontend.main, dynamo.router.args"
 }
 
 make_vllm

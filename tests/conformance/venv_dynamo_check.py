@@ -24,16 +24,12 @@ def parse_worker(argv: list[str]) -> None:
     parse_args(argv)
 
 
-def parse_frontend(argv: list[str]) -> None:
-    """`dynamo.frontend.main.parse_args()` takes no argv: it reads `sys.argv`."""
+def parse_frontend(_argv: list[str]) -> None:
+    """`dynamo.frontend.main.parse_args()` takes no argv: it reads `sys.argv`,
+    which `check_line` sets to the line."""
     from dynamo.frontend.main import parse_args
 
-    saved = sys.argv
-    sys.argv = ["dynamo.frontend", *argv]
-    try:
-        parse_args()
-    finally:
-        sys.argv = saved
+    parse_args()
 
 
 def parse_router(argv: list[str]) -> None:
@@ -47,6 +43,17 @@ PARSERS: dict[str, Callable[[list[str]], None]] = {
     "dynamo.frontend": parse_frontend,
     "dynamo.router": parse_router,
 }
+
+
+@contextlib.contextmanager
+def patched_argv(argv: list[str]) -> Iterator[None]:
+    """As `python3 -m MODULE ...` would set it, so that the parsers' `prog` is the module."""
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager
@@ -76,9 +83,9 @@ def check_line(argv: list[str]) -> dict[str, Any]:
     has not met all the parsers, so the option strings it saw are incomplete."""
     if len(argv) < 3 or argv[1] != "-m" or argv[2] not in PARSERS:
         expected = " | ".join(PARSERS)
-        return {"error": f"expected 'python3 -m {expected} ...', got {argv[:3]}",
-                "inexact_flags": []}
-    with recorded_options() as options:
+        error = f"expected 'python3 -m {expected} ...', got {argv[:3]}"
+        return {"error": error, "inexact_flags": []}
+    with patched_argv(argv[2:]), recorded_options() as options:
         error = run_check(PARSERS[argv[2]], argv[3:])
     return {"error": error, "inexact_flags": [] if error else inexact_flags(argv[3:], options)}
 

@@ -8,6 +8,9 @@ line, one JSON response per stdout line, `{"results": [result, ...]}` with
     {"op": "parse", "lines": [argv, ...]}
     {"op": "engine_config", "line": argv, "config": {...}, "env": {...}}
 
+and `{"op": "mooncake", "config": {...}, "reader": "vllm" | "mooncake"}`, answered
+with `result = {"error": str | null, "unknown_keys": [str, ...]}`.
+
 Each argv starts with `vllm serve MODEL`. `venv_dynamo_check.py` reuses the
 generic pieces (`run_check`, `inexact_flags`, `serve_requests`); vLLM is only
 imported inside the functions that need it.
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib.util
 import io
 import json
 import os
@@ -29,6 +34,10 @@ from typing import Any
 Op = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d")
+# Put there by make_venvs.sh, from the mooncake-transfer-engine 0.3.13.post1 wheel.
+MOONCAKE_LOADER = os.path.join(
+    sys.prefix, "mooncake-0.3.13.post1", "mooncake", "mooncake_config.py"
+)
 
 
 def inexact_flags(argv: Iterable[str], options: Iterable[str]) -> list[str]:
@@ -123,13 +132,42 @@ def create_engine_config(parser, argv: list[str], config: dict[str, Any]) -> Non
         AsyncEngineArgs.from_cli_args(args).create_engine_config()
 
 
+def mooncake_config_class(reader: str) -> type:
+    """The dataclass whose `from_file` reads a Mooncake client JSON for `reader`.
+
+    Each `from_file` reads exactly its dataclass's fields (vLLM 0.33
+    `vllm/distributed/mooncake_store.py`; Mooncake 0.3.13.post1
+    `mooncake/mooncake_config.py`), so the fields are the keys it accepts.
+    """
+    if reader == "vllm":
+        from vllm.distributed.mooncake_store import MooncakeStoreConfig
+
+        return MooncakeStoreConfig
+    spec = importlib.util.spec_from_file_location("mooncake_config", MOONCAKE_LOADER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MooncakeConfig
+
+
+def check_mooncake(request: dict[str, Any]) -> list[dict[str, Any]]:
+    config_class = mooncake_config_class(request["reader"])
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(request["config"], f)
+        f.flush()
+        error = run_check(config_class.from_file, f.name)
+    known = {field.name for field in dataclasses.fields(config_class)}
+    return [{"error": error, "unknown_keys": sorted(set(request["config"]) - known)}]
+
+
 def main() -> None:
     parser, options = build_parser()
 
     def parse(request: dict[str, Any]) -> list[dict[str, Any]]:
         return [
-            {"error": run_check(parse_serve, parser, argv),
-             "inexact_flags": inexact_flags(argv, options)}
+            {
+                "error": run_check(parse_serve, parser, argv),
+                "inexact_flags": inexact_flags(argv, options),
+            }
             for argv in request["lines"]
         ]
 
@@ -139,7 +177,7 @@ def main() -> None:
             error = run_check(create_engine_config, parser, argv, request["config"])
         return [{"error": error, "inexact_flags": inexact_flags(argv, options)}]
 
-    serve_requests({"parse": parse, "engine_config": engine_config})
+    serve_requests({"parse": parse, "engine_config": engine_config, "mooncake": check_mooncake})
 
 
 if __name__ == "__main__":

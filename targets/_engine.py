@@ -1,0 +1,225 @@
+"""The vLLM engine arguments and environment of a component: the one builder that the vllm,
+dynamo and lws targets share, so their engines never disagree.
+
+Flag choices (vLLM 0.33, docs/targets.md explains each):
+- parallelism: `--tensor-parallel-size`, `--data-parallel-size`, `--enable-expert-parallel`, and
+  `--all2all-backend` for data-parallel expert parallelism (all2all_backend);
+- kernels per GPU family and dtype (GEMM_BACKEND, attention_flags);
+- the plan's batch limits, context length, KV dtype and block size, and the memory budget;
+- the KV connector (NIXL for P/D, plus the Mooncake store when the plan has a pool), speculative
+  decoding and Engram placement.
+The per-node launch flags (which ranks run where) are `multinode_flags`.
+"""
+
+from compiler.plan import Instance, Plan
+from targets._components import Component
+from targets._errors import TargetError
+from targets._memory import gpu_memory_utilization
+from targets._mooncake import pool_enabled
+from targets._topology import multi_node_nvlink
+from targets._yaml import compact_json
+
+SUPPORTED_VLLM = ("0.33",)
+# Dynamo's operator injects these ports for multinode vLLM (backend_vllm.go); every target uses
+# the same ones, so a plain vLLM launch and a Dynamo one look alike.
+DP_RPC_PORT = 13445
+MASTER_PORT = 29500
+# Mooncake and vLLM's prefix hashing need one seed on every instance sharing the store.
+PYTHONHASHSEED = "0"
+
+BLACKWELL_FAMILY = ("blackwell", "rubin")  # Rubin (sm107) runs sm100f kernels (SYSTEM.md)
+# (GPU family, weight dtype) -> GEMM kernels, for `--moe-backend` (routed experts' dtype) and
+# `--linear-backend` (the other weights' dtype). Blackwell-family FP4 is NVFP4 on FlashInfer's
+# CuTe-DSL kernels (SYSTEM.md); Hopper has no FP4 tensor cores, so FP4 weights run weight-only on
+# Marlin; FP8 block-scaled weights run on DeepGEMM on both. BF16 is left to vLLM's choice.
+GEMM_BACKEND = {
+    ("blackwell", "fp4"): "flashinfer_cutedsl",
+    ("rubin", "fp4"): "flashinfer_cutedsl",
+    ("hopper", "fp4"): "marlin",
+    ("blackwell", "fp8"): "deep_gemm",
+    ("rubin", "fp8"): "deep_gemm",
+    ("hopper", "fp8"): "deep_gemm",
+}
+# Sparse-MLA (indexer) models have backends of their own per architecture in vLLM 0.33.
+SPARSE_MLA_BACKEND = {
+    "DeepseekV41ForCausalLM": ("FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_SPARSE_DSV41"),
+    "DeepseekV4ForCausalLM": ("FLASHINFER_MLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV4"),
+}
+GENERIC_SPARSE_MLA_BACKEND = ("FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
+DENSE_MLA_BACKEND = ("FLASHINFER_MLA", "FLASHMLA")
+GQA_BACKEND = ("FLASHINFER", "FLASH_ATTN")
+
+
+def check_vllm_version(plan: Plan) -> None:
+    if ".".join(plan.serving.vllm_version.split(".")[:2]) not in SUPPORTED_VLLM:
+        raise TargetError(f"serving.vllm_version: the targets emit vLLM {SUPPORTED_VLLM} "
+                          f"flags, got {plan.serving.vllm_version}")
+
+
+def all2all_backend(plan: Plan, component: Component) -> str:
+    """Decode: DeepEP low-latency, whose batched layout runs the masked grouped GEMM (SYSTEM.md).
+    Prefill and aggregated: DeepEP high-throughput inside one node, and on RDMA between HGX
+    nodes; across NVL72 trays the all-gather/reduce-scatter path that runs natively on MNNVL."""
+    if component.role == "decode":
+        return "deepep_low_latency"
+    if component.nodes_per_instance > 1 and multi_node_nvlink(plan):
+        return "allgather_reducescatter"
+    return "deepep_high_throughput"
+
+
+def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list[str]:
+    if instance.dp > 1 and instance.tp > 1:
+        raise TargetError(f"instances[{instance.id}]: tp={instance.tp} with dp={instance.dp} "
+                          "has no engine shape in the targets (DEPn or TPn[EPn])")
+    if instance.dp * instance.tp != len(instance.gpus):
+        raise TargetError(f"instances[{instance.id}]: dp x tp = {instance.dp * instance.tp}, "
+                          f"but it has {len(instance.gpus)} GPUs")
+    flags = ["--tensor-parallel-size", str(instance.tp)]
+    if instance.dp > 1:
+        flags += ["--data-parallel-size", str(instance.dp)]
+    if instance.ep > 1:
+        flags += ["--enable-expert-parallel"]
+        if instance.dp > 1:
+            flags += ["--all2all-backend", all2all_backend(plan, component)]
+    return flags
+
+
+def _family_pick(plan: Plan, choices: tuple[str, str]) -> str:
+    blackwell, hopper = choices
+    return blackwell if plan.hardware.gpu_family in BLACKWELL_FAMILY else hopper
+
+
+def attention_flags(plan: Plan) -> list[str]:
+    model, fp8_kv = plan.model, plan.serving.kv_cache_dtype == "fp8"
+    if model.attention == "mla" and model.sparse_attention:
+        backends = SPARSE_MLA_BACKEND.get(model.architecture, GENERIC_SPARSE_MLA_BACKEND)
+    elif model.attention == "mla":
+        backends = DENSE_MLA_BACKEND
+    else:
+        backends = GQA_BACKEND
+    flags = ["--attention-backend", _family_pick(plan, backends)]
+    # The dense-MLA prefill path of SYSTEM.md (TRT-LLM ragged kernels, Blackwell only); the
+    # sparse-MLA models attend through their own backend and never read these options.
+    dense_mla = model.attention == "mla" and not model.sparse_attention
+    if dense_mla and plan.hardware.gpu_family in BLACKWELL_FAMILY:
+        flags += ["-ac.mla_prefill_backend=TRTLLM_RAGGED"]
+        if fp8_kv:
+            flags += ["-ac.use_prefill_query_quantization=true"]
+    return flags
+
+
+def kernel_flags(plan: Plan) -> list[str]:
+    family, model = plan.hardware.gpu_family, plan.model
+    flags = []
+    if model.moe and (family, model.experts_dtype) in GEMM_BACKEND:
+        flags += ["--moe-backend", GEMM_BACKEND[family, model.experts_dtype]]
+    if (family, model.weights_dtype) in GEMM_BACKEND:
+        flags += ["--linear-backend", GEMM_BACKEND[family, model.weights_dtype]]
+    return flags + attention_flags(plan)
+
+
+def kv_cache_dtype(plan: Plan) -> str:
+    """BF16 KV is the model's own dtype: 'auto' (vLLM 0.33 rejects an explicit float KV dtype
+    that differs from the model's)."""
+    return "fp8" if plan.serving.kv_cache_dtype == "fp8" else "auto"
+
+
+def kv_transfer_config(plan: Plan, component: Component) -> dict | None:
+    """P/D moves KV with NIXL; the Mooncake pool rides along in a MultiConnector, looked up and
+    loaded asynchronously (SYSTEM.md routing). An aggregated worker only uses the pool."""
+    store = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both",
+             "kv_connector_extra_config": {"load_async": True, "lookup_async": True}}
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    disaggregated = component.role in ("prefill", "decode")
+    if not pool_enabled(plan):
+        return nixl if disaggregated else None
+    if not disaggregated:
+        return store
+    return {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"connectors": [nixl, store]}}
+
+
+def engram_config(plan: Plan, instance: Instance) -> dict | None:
+    """A decode instance's HBM tables are sharded over its own ranks (`embedding_across_dp`).
+    vLLM 0.33 forms no Engram group across instances, so the prefill peer group of the plan
+    is served from pinned host memory shared by the co-located ranks of a node (the layout
+    SYSTEM.md describes as the one before the peer group; docs/targets.md). DRAM placement
+    stays in pinned host memory."""
+    if not plan.model.engram_tables:
+        return None
+    if plan.serving.engram_placement == "dram":
+        return {"cpu_offload": True}
+    gpus = set(instance.gpus)
+    groups = {s.group for s in plan.engram_shards if s.domain.rsplit("-d", 1)[0] in gpus}
+    if groups == {"prefill"}:
+        return {"cpu_offload": True}
+    if groups != {instance.id}:
+        raise TargetError(
+            f"engram_shards: instance {instance.id} holds shards of groups {sorted(groups)}; "
+            f"vLLM {plan.serving.vllm_version} shards Engram tables only over one instance's "
+            f"ranks, so its shards must form the group {instance.id!r}")
+    return {"cpu_offload": False, "embedding_across_dp": instance.dp > 1}
+
+
+def engine_args(plan: Plan, component: Component) -> list[str]:
+    """Everything after `vllm serve MODEL` (or `dynamo.vllm --model MODEL`) except the
+    per-node launch flags."""
+    check_vllm_version(plan)
+    instances = component.instances
+    first = instances[0]  # replicas share shape and batch limits (components())
+    utilization = min(gpu_memory_utilization(plan, i) for i in instances)
+    args = [
+        *parallel_flags(plan, component, first),
+        "--max-num-seqs", str(first.max_batch),
+        "--max-num-batched-tokens", str(first.max_batched_tokens),
+        "--max-model-len", str(plan.serving.max_model_len),
+        "--block-size", str(plan.serving.block_size),
+        "--gpu-memory-utilization", f"{utilization:.2f}",
+        "--kv-cache-dtype", kv_cache_dtype(plan),
+        *kernel_flags(plan),
+    ]
+    if plan.serving.speculative:
+        spec = plan.serving.speculative
+        args += ["--speculative-config", compact_json(
+            {"method": spec.method, "num_speculative_tokens": spec.draft_tokens})]
+    # The same for every replica (it depends on the shape); each is checked against the plan.
+    engrams = [engram_config(plan, i) for i in instances]
+    engram = engrams[0]
+    if engram:
+        args += ["--engram-config", compact_json(engram)]
+    transfer = kv_transfer_config(plan, component)
+    if transfer:
+        args += ["--kv-transfer-config", compact_json(transfer)]
+    return args
+
+
+def engine_env(plan: Plan) -> dict[str, str]:
+    """The environment every engine shares; each target adds where the Mooncake client file of
+    the node is (`_mooncake.client_config_path`)."""
+    env = {"PYTHONHASHSEED": PYTHONHASHSEED}
+    if multi_node_nvlink(plan):
+        # NCCL and NIXL (UCX) over the rack's multi-node NVLink (the GB200 ComputeDomain recipes).
+        env |= {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
+                "UCX_CUDA_IPC_ENABLE_MNNVL": "y", "UCX_TLS": "cuda_copy,cuda_ipc,tcp"}
+    if pool_enabled(plan) and multi_node_nvlink(plan):
+        env["WITH_NVIDIA_PEERMEM"] = "0"  # DMA-BUF registration on Grace/Vera (KUBERNETES.md 6.2)
+    return dict(sorted(env.items()))
+
+
+def multinode_flags(component: Component, node_rank: str, start_rank: str, leader: str,
+                    leader_node: bool) -> list[str]:
+    """The flags that place one node's ranks of a multi-node instance. DEP: the leader runs the
+    API server and the DP coordinator (internal load balancing over all ranks); the other nodes
+    run headless engines from their start rank. TP across nodes: vLLM's multiprocessing executor
+    over `--nnodes`. `node_rank`, `start_rank` and `leader` may be shell expressions."""
+    if component.nodes_per_instance == 1:
+        return []
+    instance = component.instances[0]
+    headless = [] if leader_node else ["--headless"]
+    if instance.dp > 1:
+        start = [] if leader_node else ["--data-parallel-start-rank", start_rank]
+        return [*headless, "--data-parallel-size-local", str(component.gpus_per_node), *start,
+                "--data-parallel-address", leader, "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    return [*headless, "--distributed-executor-backend", "mp",
+            "--nnodes", str(component.nodes_per_instance), "--node-rank", node_rank,
+            "--master-addr", leader, "--master-port", str(MASTER_PORT)]

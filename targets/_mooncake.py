@@ -1,0 +1,89 @@
+"""The Mooncake KV pool as the engines and the master see it.
+
+vLLM 0.33's MooncakeStoreConnector runs the store embedded: every rank registers
+`global_segment_size` bytes of its host's DRAM with the master. A tray's DRAM segment of the plan
+is therefore split evenly over the ranks (GPUs) that run on the tray, whatever their instances,
+and each tray (node) gets its own client file; a pod finds its file by its node's name.
+The plan's HBM segments have no counterpart in the 0.33 store (docs/targets.md, memory budget).
+"""
+
+from compiler.plan import Plan
+from targets._errors import TargetError
+from targets._names import dns_label
+
+RPC_PORT = 50051  # mooncake_master defaults (Mooncake deployment guide)
+METRICS_PORT = 9003
+CONFIG_DIR = "/etc/mooncake"
+MASTER_CONFIG_FILE = "master.yaml"
+GIB = 1024**3
+
+
+def pool_enabled(plan: Plan) -> bool:
+    return plan.kv_pool.enabled and any(s.kind == "dram" for s in plan.kv_pool.segments)
+
+
+def master_name(plan: Plan) -> str:
+    return dns_label(plan.serving.name, "mooncake-master")
+
+
+def master_address(plan: Plan) -> str:
+    return f"{master_name(plan)}.{plan.serving.namespace}.svc.cluster.local:{RPC_PORT}"
+
+
+def client_config_file(node_name: str) -> str:
+    return f"{node_name}.json"
+
+
+def client_config_path(node_name: str) -> str:
+    """`node_name` may be a variable reference such as `$(NODE_NAME)`."""
+    return f"{CONFIG_DIR}/{client_config_file(node_name)}"
+
+
+def _ranks_per_tray(plan: Plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for instance in plan.instances:
+        for tray in instance.trays:
+            counts[tray] = counts.get(tray, 0) + sum(g in plan.tray(tray).gpus
+                                                     for g in instance.gpus)
+    return counts
+
+
+def segment_bytes_per_rank(plan: Plan) -> dict[str, int]:
+    """Tray id -> the DRAM bytes each rank on it registers."""
+    dram = {s.location: s.gib for s in plan.kv_pool.segments if s.kind == "dram"}
+    ranks = _ranks_per_tray(plan)
+    idle = sorted(set(dram) - set(ranks))
+    if idle:
+        raise TargetError(f"kv_pool.segments: DRAM segments on trays {idle} where no engine runs; "
+                          "an embedded Mooncake store has no process there to register them")
+    missing = sorted(set(ranks) - set(dram))
+    if missing:
+        raise TargetError(f"kv_pool.segments: trays {missing} run engines but have no DRAM "
+                          "segment; every rank of the store contributes one")
+    return {tray: int(dram[tray] * GIB) // n for tray, n in sorted(ranks.items())}
+
+
+def client_configs(plan: Plan) -> dict[str, dict]:
+    """Node name -> the `MOONCAKE_CONFIG_PATH` file of vLLM's MooncakeStoreConnector there
+    (KUBERNETES.md 6.2)."""
+    return {
+        plan.tray(tray).node_name: {
+            "mode": "embedded",
+            "metadata_server": "P2PHANDSHAKE",
+            "master_server_address": master_address(plan),
+            "global_segment_size": size,
+            "protocol": "rdma" if plan.hardware.rdma_devices_per_tray else "tcp",
+            "device_name": "",
+        }
+        for tray, size in segment_bytes_per_rank(plan).items()
+    }
+
+
+def master_config() -> dict:
+    """`mooncake_master --config_path` keys; metadata by P2P handshake, so no HTTP server."""
+    return {
+        "rpc_address": "0.0.0.0",
+        "rpc_port": RPC_PORT,
+        "enable_metric_reporting": True,
+        "metrics_port": METRICS_PORT,
+    }

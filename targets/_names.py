@@ -1,0 +1,27 @@
+"""Kubernetes object names: DNS-1123 labels of at most 63 characters.
+
+Model and deployment names carry dots and capitals (deepseek-v4.1-flash); every name a target
+emits goes through `dns_label`, which keeps it readable and, when it must shorten it, stable:
+the cut name ends with 8 hex digits of a hash of the full name, so two long names never collide.
+"""
+
+import hashlib
+import re
+
+MAX_LABEL = 63
+_HASH_HEX = 8
+_INVALID = re.compile(r"[^a-z0-9-]+")
+_DASHES = re.compile(r"-{2,}")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def dns_label(*parts: str) -> str:
+    """Joins `parts` with '-', maps every other character to '-', shortens with a hash."""
+    full = "-".join(p for p in parts if p)
+    name = _DASHES.sub("-", _INVALID.sub("-", full.lower())).strip("-")
+    if not name:
+        raise ValueError(f"no DNS-1123 label can be made from {parts!r}")
+    if len(name) <= MAX_LABEL:
+        return name
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_HEX]
+    return f"{name[: MAX_LABEL - _HASH_HEX - 1].rstrip('-')}-{digest}"

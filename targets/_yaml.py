@@ -1,0 +1,74 @@
+"""The one canonical YAML and JSON writer of every target.
+
+YAML: apiVersion, kind and metadata first, every other key sorted; block style; no aliases;
+strings that YAML 1.1 readers (Kubernetes' go-yaml among them) take for booleans are quoted;
+LF and a final newline. Several objects in one file follow Helm's install order, then custom
+resources, each group by kind and name.
+"""
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+_FIRST_KEYS = ("apiVersion", "kind", "metadata")
+# Helm's InstallOrder for the built-in kinds the targets emit; other kinds (custom resources)
+# come after them.
+_INSTALL_ORDER = ("Namespace", "ServiceAccount", "Secret", "ConfigMap", "PersistentVolumeClaim",
+                  "Service", "DaemonSet", "Deployment", "StatefulSet", "Job")
+# YAML 1.1 booleans that PyYAML's 1.1 resolver would leave unquoted (it knows only yes/no/
+# true/false/on/off); go-yaml also reads y/n as booleans.
+_YAML11_BOOL = re.compile(r"^(?:y|Y|n|N)$")
+
+
+_NO_FOLDING = 1 << 20
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    if _YAML11_BOOL.match(value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _represent_dict(dumper: yaml.SafeDumper, value: Mapping[str, Any]) -> yaml.Node:
+    first = [k for k in _FIRST_KEYS if k in value]
+    rest = sorted(k for k in value if k not in _FIRST_KEYS)
+    return dumper.represent_mapping("tag:yaml.org,2002:map", [(k, value[k]) for k in first + rest])
+
+
+_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(dict, _represent_dict)
+
+
+def dump_yaml(data: Any) -> str:
+    """Long values stay on one line (no folding), so a changed flag is a one-line diff."""
+    return yaml.dump(data, Dumper=_Dumper, default_flow_style=False, allow_unicode=True,
+                     width=_NO_FOLDING, sort_keys=False)
+
+
+def _install_key(doc: Mapping[str, Any]) -> tuple[int, str, str]:
+    kind = doc["kind"]
+    rank = _INSTALL_ORDER.index(kind) if kind in _INSTALL_ORDER else len(_INSTALL_ORDER)
+    return rank, kind, doc["metadata"]["name"]
+
+
+def dump_documents(docs: Iterable[Mapping[str, Any]]) -> str:
+    """Several Kubernetes objects in install order, `---` between them."""
+    return "---\n".join(dump_yaml(doc) for doc in sorted(docs, key=_install_key))
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def compact_json(data: Any) -> str:
+    """JSON for a command-line value (vLLM's JSON-valued flags): one line, keys sorted."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,12 @@
+"""k8s: the kustomize bundle a user deploys with `kubectl apply -k OUT/k8s`: Namespace, the
+Mooncake master and client configs, a ComputeDomain per NVLink domain (whose channel claim every
+engine pod references) and the DynamoGraphDeployment."""
+
+from compiler.plan import Plan
+from targets._bundle import bundle
+from targets._components import components
+from targets.dynamo import graph_deployment
+
+
+def emit(plan: Plan) -> dict[str, str]:
+    return bundle(plan, "k8s", components(plan), ("dynamo-graph.yaml", [graph_deployment(plan)]))

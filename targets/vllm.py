@@ -1,0 +1,66 @@
+"""vllm: one launch script per instance and rank group (node), `vllm/<instance>/<tray>.sh`.
+
+Each script sets the environment and execs `vllm serve` with the shared engine arguments and the
+flags that place this node's ranks: CUDA devices, and for a multi-node instance the leader's
+address (the leader tray's node name), this node's start rank or node rank, and `--headless` on
+every node but the leader.
+"""
+
+import shlex
+
+from compiler.plan import Plan
+from targets._components import Component, components
+from targets._engine import engine_args, engine_env, multinode_flags
+from targets._mooncake import client_config_path, pool_enabled
+from targets._shell import exec_command
+from targets._topology import RankGroup, rank_groups
+
+ENGINE = ("vllm", "serve")
+
+
+def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: RankGroup
+                 ) -> list[str]:
+    return [*engine_args(plan, component),
+            *multinode_flags(component, node_rank=str(group.index),
+                             start_rank=str(group.first_rank), leader=leader.node_name,
+                             leader_node=group.is_leader)]
+
+
+def launch_env(plan: Plan, group: RankGroup) -> dict[str, str]:
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.device_indices)),
+           # NIXL's handshake address: what decode engines dial to pull this node's KV.
+           "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
+           **engine_env(plan)}
+    if pool_enabled(plan):
+        env["MOONCAKE_CONFIG_PATH"] = client_config_path(group.node_name)
+    return dict(sorted(env.items()))
+
+
+def script(plan: Plan, component: Component, instance_id: str, groups: tuple[RankGroup, ...],
+           group: RankGroup) -> str:
+    ranks = f"ranks {group.first_rank}-{group.first_rank + len(group.gpus) - 1}"
+    role = "leader" if group.is_leader else "headless"
+    head = [
+        "#!/bin/sh",
+        f"# rackc: {instance_id} ({component.instances[0].shape}, {component.role}), node "
+        f"{group.index + 1} of {len(groups)} ({role}): {ranks} on tray {group.tray}, "
+        f"node {group.node_name}",
+        "# HF_TOKEN: from the environment" + (f" (secret {plan.serving.hf_token_secret})"
+                                              if plan.serving.hf_token_secret else ""),
+    ]
+    env = [f"export {k}={shlex.quote(v)}"
+           for k, v in launch_env(plan, group).items()]
+    command = exec_command([*ENGINE, plan.model.hf_id],
+                           launch_flags(plan, component, groups[0], group))
+    return "\n".join([*head, *env, command]) + "\n"
+
+
+def emit(plan: Plan) -> dict[str, str]:
+    files = {}
+    for component in components(plan):
+        for instance in component.instances:
+            groups = rank_groups(plan, instance)
+            for group in groups:
+                files[f"vllm/{instance.id}/{group.tray}.sh"] = script(
+                    plan, component, instance.id, groups, group)
+    return dict(sorted(files.items()))

@@ -1,0 +1,137 @@
+"""What the targets emit, checked by the real tools (../shared/docs/VALIDATION.md): vLLM 0.33's
+parser and engine config, Dynamo 1.6.1's parsers, Mooncake's config loaders,
+kubernetes-validate, the CRDs in ../shared/crds and `kubectl kustomize`."""
+
+import functools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler import catalog
+from tests.targets import emitted
+from tests.targets.fixtures import ALL_CASES
+
+from . import harness
+
+pytestmark = pytest.mark.conformance
+
+CASES = sorted(ALL_CASES)
+
+# The HF model types of the fixture models; V4.1's config nests the text model.
+MODEL_TYPES = {"deepseek-v3": ("deepseek_v3", False), "deepseek-v4.1-flash": ("deepseek_v41", True)}
+# Which layers carry Engram tables is not in the catalog; vLLM only needs some to accept
+# --engram-config (a model without them is refused).
+ENGRAM_LAYER_IDS = [1, 15]
+
+
+def hf_config(model_name: str) -> dict:
+    """A config.json written from the catalog entry: what vLLM needs to pick the model class and
+    to check the emitted flags against the model (experts, heads, context). No
+    quantization_config (see harness.check_vllm_engine_config)."""
+    spec = catalog.model(model_name).spec
+    attention, moe = spec.attention, spec.moe
+    text = {
+        "hidden_size": spec.hidden_size, "num_hidden_layers": spec.layers,
+        "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_context_tokens,
+        "intermediate_size": spec.dense_intermediate, "first_k_dense_replace": spec.dense_layers,
+        "num_attention_heads": attention.heads, "num_key_value_heads": attention.kv_heads,
+        "q_lora_rank": attention.q_lora_rank, "kv_lora_rank": attention.kv_lora_rank,
+        "qk_rope_head_dim": attention.qk_rope_head_dim,
+        "qk_nope_head_dim": attention.head_dim - attention.qk_rope_head_dim,
+        "v_head_dim": attention.v_head_dim,
+        "n_routed_experts": moe.experts, "num_experts_per_tok": moe.top_k,
+        "n_shared_experts": moe.shared_experts, "moe_intermediate_size": moe.expert_intermediate,
+    }
+    if spec.engram:
+        text["engram_layer_ids"] = ENGRAM_LAYER_IDS
+    model_type, nested = MODEL_TYPES[model_name]
+    head = {"architectures": [spec.architecture], "model_type": model_type}
+    return {**head, "text_config": text} if nested else {**head, **text}
+
+
+@functools.cache
+def files(case: str) -> dict[str, str]:
+    return emitted.emit_all(ALL_CASES[case]())
+
+
+def assert_all_ok(results: list[harness.Result]) -> None:
+    bad = [f"{' '.join(r.argv[:3])} ...: {r.error} inexact={list(r.inexact_flags)}"
+           for r in results if not r.ok]
+    assert not bad, "\n".join(bad)
+
+
+def vllm_serve_lines(case: str) -> list[list[str]]:
+    out = files(case)
+    lines = [s.argv for s in emitted.scripts(out)]
+    for lws in emitted.of_kind(emitted.documents(out, "lws"), "LeaderWorkerSet"):
+        lines += emitted.lws_lines(lws).values()
+    return lines
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_vllm_lines_parse_with_vllm_033(case):
+    lines = vllm_serve_lines(case)
+    assert lines
+    assert_all_ok(harness.check_vllm_lines(lines))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_vllm_engine_config_builds(case):
+    """One line per component (its leader), through vLLM's engine config for the model."""
+    leaders = {}
+    for script in emitted.scripts(files(case)):
+        if "--headless" not in script.argv:
+            leaders.setdefault(tuple(script.argv), script.argv)
+    config = hf_config(ALL_CASES[case]().model.name)
+    results = [harness.check_vllm_engine_config(argv, config) for argv in leaders.values()]
+    assert_all_ok(results)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_dynamo_lines_parse_with_dynamo_161(case):
+    [dgd] = emitted.documents(files(case), "dynamo")
+    lines = list(emitted.dynamo_lines(dgd).values())
+    assert {line[2] for line in lines} == {"dynamo.frontend", "dynamo.vllm"}
+    assert_all_ok(harness.check_dynamo_lines(lines))
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("folder", ["k8s", "lws", "mooncake"])
+def test_builtin_kinds_pass_kubernetes_validate(case, folder):
+    docs = [d for d in emitted.documents(files(case), folder) if not emitted.is_custom(d)]
+    assert docs
+    assert harness.validate_builtin(docs) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("folder", ["k8s", "lws", "dynamo"])
+def test_custom_resources_match_their_crds(case, folder):
+    docs = [d for d in emitted.documents(files(case), folder) if emitted.is_custom(d)]
+    assert docs
+    assert [e for d in docs for e in harness.validate_custom(d)] == []
+
+
+def write(out: dict[str, str], root: Path) -> None:
+    for path, text in out.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("folder", ["k8s", "lws"])
+def test_bundle_builds_with_kustomize_and_validates(case, folder, tmp_path):
+    out = files(case)
+    write(out, tmp_path)
+    built = list(yaml.safe_load_all(harness.kustomize_build(tmp_path / folder)))
+    assert len(built) == len(emitted.documents(out, folder))
+    assert harness.validate_manifests(built) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_mooncake_client_configs_load_in_vllm(case):
+    clients = {p: t for p, t in files(case).items() if p.startswith("mooncake/clients/")}
+    assert clients
+    problems = {p: harness.check_mooncake_client_config(yaml.safe_load(t))
+                for p, t in clients.items()}
+    assert problems == {p: [] for p in clients}

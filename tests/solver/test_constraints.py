@@ -1,0 +1,157 @@
+"""One small CP-SAT test per rule, on tiny racks."""
+
+from pathlib import Path
+
+import pytest
+
+from compiler.graph import build_graph
+from compiler.load import load_inputs
+from compiler.plan import DomainMemory
+from compiler.precheck import precheck
+from compiler.shapes import parse_shape
+from compiler.solve import solve
+from compiler.solve.build import build_problem
+from compiler.solve.counts import solve_counts
+from compiler.solve.place import Wanted, place
+from schemas.diagnostics import CompileError
+from tests.builders import write_case
+
+pytestmark = pytest.mark.solver
+
+
+def _problem(path: Path):
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    return build_problem(inputs, g, precheck(inputs, g))
+
+
+def _need(gib: float = 10.0, cap: float = 185.0) -> DomainMemory:
+    return DomainMemory(weights_gib=gib, kv_gib=0, engram_gib=0, pool_gib=0, workspace_gib=0,
+                        capacity_gib=cap)
+
+
+def _wanted(*shapes: str, role: str = "decode", gib: float = 10.0) -> list[Wanted]:
+    return [Wanted(role, parse_shape(s), _need(gib)) for s in shapes]
+
+
+def test_gpu_exclusive(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    two = place(p, _wanted("DEP2", "DEP2"))
+    assert two is not None and not set(two.gpus[0]) & set(two.gpus[1])
+    assert place(p, _wanted("DEP2", "DEP2", "DEP2")) is None
+
+
+def test_sub_tray_instance_takes_one_aligned_block_of_one_tray(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 2}))
+    (gpus,) = place(p, _wanted("DEP2")).gpus
+    assert gpus in {("r0-t00-g0", "r0-t00-g1"), ("r0-t00-g2", "r0-t00-g3"),
+                    ("r0-t01-g0", "r0-t01-g1"), ("r0-t01-g2", "r0-t01-g3")}
+
+
+def test_tp8_takes_exactly_two_whole_trays(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 3}))
+    (gpus,) = place(p, _wanted("TP8")).gpus
+    trays = {g.rsplit("-", 1)[0] for g in gpus}
+    assert len(gpus) == 8 and len(trays) == 2
+
+
+def test_instance_stays_in_one_nvlink_domain(tmp_path: Path):
+    p = _problem(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
+    assert place(p, _wanted("DEP8")) is None
+    (gpus,) = place(p, _wanted("DEP4")).gpus
+    assert len({g.split("-")[0] for g in gpus}) == 1
+
+
+def test_unavailable_gpus_unused(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+        "gpus": ["r0-t00-g1"]}}))
+    (gpus,) = place(p, _wanted("DEP2")).gpus
+    assert gpus == ("r0-t00-g2", "r0-t00-g3")
+    assert place(p, _wanted("DEP2", "DEP2")) is None
+
+
+def test_domain_memory_within_capacity(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    assert place(p, _wanted("DEP2", gib=500.0)) is None
+    assert place(p, _wanted("DEP2", gib=100.0)) is not None
+
+
+def test_identical_instances_are_ordered(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 2}))
+    got = place(p, _wanted("DEP2", "DEP2", "DEP2"))
+    firsts = [g[0] for g in got.gpus]
+    assert firsts == sorted(firsts)
+
+
+def test_pins_fix_the_counts(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 4}, objective={"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "DEP2", "count": 3},
+        {"role": "decode", "shape": "DEP8", "count": 1}]})
+    p = _problem(path)
+    counts = solve_counts(p)
+    got = {(p.candidates[i].role, p.candidates[i].shape.name): n
+           for i, n in counts.by_candidate.items()}
+    assert got == {("prefill", "DEP2"): 3, ("decode", "DEP8"): 1}
+
+
+def test_slo_excludes_shapes_that_miss_it(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 4},
+                            slo={"tokens_per_s_per_user_p90": 1e6}))
+    assert all(c.requests_per_s == 0 for c in p.candidates if c.role == "decode")
+    assert isinstance(solve_counts(p), list)
+
+
+def test_goodput_is_the_smaller_supply(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 4}))
+    counts = solve_counts(p)
+    supply = {"prefill": 0.0, "decode": 0.0}
+    for i, n in counts.by_candidate.items():
+        c = p.candidates[i]
+        supply[c.role] += n * c.requests_per_s
+    assert counts.status == "OPTIMAL"
+    assert counts.objective == pytest.approx(min(supply.values()), rel=1e-3)
+
+
+def test_serves_prefill_and_decode(tmp_path: Path):
+    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    counts = solve_counts(p)
+    roles = {p.candidates[i].role for i in counts.by_candidate}
+    assert roles == {"prefill", "decode"}
+
+
+def test_engram_peer_group_is_large_enough(tmp_path: Path):
+    path = write_case(tmp_path, system="vera-rubin-nvl72", model="deepseek-v4.1-flash",
+                      workload={"profile": "agentx"})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    sol = solve(inputs, g, precheck(inputs, g))
+    prefill = [w for w in sol.wanted if w.role == "prefill"]
+    gpus = sum(w.shape.gpus for w in prefill)
+    spare = sol.problem.hbm_gib - sol.problem.prefill_base_gib(prefill[0].shape)
+    assert gpus * spare >= sol.problem.engram_gib
+
+
+def test_pinned_overcommit_is_explained(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 2, "unavailable": {"trays": [1]}},
+                      objective={"mode": "pinned", "instances": [
+                          {"role": "prefill", "shape": "DEP2", "count": 1},
+                          {"role": "decode", "shape": "DEP4", "count": 1}]})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    with pytest.raises(CompileError) as info:
+        solve(inputs, g, precheck(inputs, g))
+    assert info.value.exit_code == 3
+    assert {d.path for d in info.value.diagnostics} == {"spec.unavailable.trays[0]"}
+    assert info.value.diagnostics[0].file.endswith("rack.yaml")
+
+
+def test_pins_that_overcommit_the_rack_are_named(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 2}, objective={"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "DEP2", "count": 1},
+        {"role": "decode", "shape": "DEP4", "count": 2}]})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    with pytest.raises(CompileError) as info:
+        solve(inputs, g, precheck(inputs, g))
+    assert {d.path for d in info.value.diagnostics} == {"spec.objective.instances[1]"}
+    assert info.value.diagnostics[0].line == 16

@@ -1,0 +1,257 @@
+"""Realistic Plans built by hand, the targets' inputs until compiled plans replace them.
+
+- `vr_nvl72_plan`: DeepSeek-V4.1-Flash on a Vera Rubin NVL72 rack (as in
+  examples/vr-nvl72-deepseek-v4.1-flash): 18 prefill DEP2 instances, two per tray on trays 0-8;
+  one decode DEP32 on trays 9-16; tray 17 idle. Mooncake DRAM segments on every serving tray,
+  HBM segments on the prefill GPUs, Engram tables sharded over each instance's GPUs.
+- `vr_nvl72_tp8_plan`: the same rack with lowest-latency decode, four TP8 instances over two
+  trays each (multi-node tensor parallelism).
+- `hgx_h200_plan`: DeepSeek-V3 on two HGX H200 nodes (examples/hgx-h200-deepseek-v3): prefill
+  TP8 on node 0, decode DEP8 on node 1, Mooncake DRAM pool.
+
+Memory figures per GPU come from compiler.memory for these shapes (weights, one max-length
+request's KV, Engram share, workspace) with 1 GiB headroom; they are written out so that the
+fixtures, and the golden files made from them, change only when this file does.
+"""
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler import api, catalog
+from compiler.plan import (
+    DomainMemory,
+    EngramShard,
+    Hardware,
+    Instance,
+    KvPool,
+    ModelInfo,
+    Plan,
+    PoolSegment,
+    Routing,
+    Serving,
+    SolverInfo,
+    Speculative,
+    Tray,
+)
+
+GIB = 1024**3
+HEADROOM_GIB = 1.0
+
+
+@dataclass(frozen=True)
+class GpuNeed:
+    """What one GPU of a shape holds (GiB); the HBM pool takes what is left, or the KV does."""
+
+    weights: float
+    kv: float
+    engram: float
+    workspace: float
+    pool: bool  # a prefill rank with the HBM pool keeps `kv` and lends the rest
+
+    def domains(self, capacity: float, per_gpu: int) -> DomainMemory:
+        free = capacity - self.weights - self.engram - self.workspace - HEADROOM_GIB
+        kv, pool = (self.kv, free - self.kv) if self.pool else (free, 0.0)
+        return DomainMemory(weights_gib=round(self.weights / per_gpu, 3),
+                            kv_gib=round(kv / per_gpu, 3),
+                            engram_gib=round(self.engram / per_gpu, 3),
+                            pool_gib=round(pool / per_gpu, 3),
+                            workspace_gib=round(self.workspace / per_gpu, 3),
+                            capacity_gib=round(capacity / per_gpu, 3))
+
+
+def utilization(m: DomainMemory) -> float:
+    """The budget rule of docs/targets.md (and of compiler/lower.py): all but the headroom."""
+    used = m.weights_gib + m.kv_gib + m.engram_gib + m.pool_gib + m.workspace_gib
+    return int(100 * used / m.capacity_gib) / 100
+
+
+def model_info(name: str) -> ModelInfo:
+    spec = catalog.model(name).spec
+    return ModelInfo(
+        name=name, hf_id=spec.hf_id, architecture=spec.architecture,
+        attention=spec.attention.kind, sparse_attention=spec.attention.indexer is not None,
+        weights_dtype=spec.dtypes.weights, experts_dtype=spec.dtypes.experts,
+        moe=spec.moe is not None, experts=spec.moe.experts if spec.moe else 0,
+        engram_tables=spec.engram.tables if spec.engram else 0,
+        engram_table_bytes=round(spec.engram.table_gib * GIB) if spec.engram else 0)
+
+
+def tray_id(tray: int) -> str:
+    return f"r0-t{tray:02d}"
+
+
+def gpu_ids(tray: int, gpus: range) -> list[str]:
+    return [f"{tray_id(tray)}-g{g}" for g in gpus]
+
+
+def domain_ids(gpus: list[str], per_gpu: int) -> list[str]:
+    return [f"{g}-d{d}" for g in gpus for d in range(per_gpu)]
+
+
+def instance(role: str, index: int, shape: str, gpus: list[str], dp: int, ep: int, tp: int,
+             max_batch: int, max_batched_tokens: int, util: float) -> Instance:
+    trays = sorted({g.rsplit("-", 1)[0] for g in gpus})
+    return Instance(id=f"{role}-{index:02d}", role=role, shape=shape, gpus=gpus, trays=trays,
+                    dp=dp, ep=ep, tp=tp, max_batch=max_batch,
+                    max_batched_tokens=max_batched_tokens, gpu_memory_utilization=util)
+
+
+def engram_shards(model: ModelInfo, inst: Instance, per_gpu: int) -> list[EngramShard]:
+    """Each table cut into one contiguous byte range per memory domain of the instance."""
+    domains = domain_ids(inst.gpus, per_gpu)
+    base, extra = divmod(model.engram_table_bytes, len(domains))
+    shards = []
+    for table in range(model.engram_tables):
+        offset = 0
+        for k, domain in enumerate(domains):
+            size = base + (1 if k < extra else 0)
+            shards.append(EngramShard(table=table, shard=k, domain=domain, offset_bytes=offset,
+                                      bytes=size, group=inst.id))
+            offset += size
+    return shards
+
+
+def memory_map(placed: list[tuple[Instance, DomainMemory]], per_gpu: int
+               ) -> dict[str, DomainMemory]:
+    return {d: m for inst, m in placed for d in domain_ids(inst.gpus, per_gpu)}
+
+
+def kv_pool(trays: list[str], dram_gib: float, memory: dict[str, DomainMemory]) -> KvPool:
+    segments = [PoolSegment(kind="dram", location=t, gib=dram_gib) for t in trays]
+    segments += [PoolSegment(kind="hbm", location=d, gib=m.pool_gib)
+                 for d, m in memory.items() if m.pool_gib > 0]
+    return KvPool(enabled=True, segments=segments, total_gib=round(sum(s.gib for s in segments), 3))
+
+
+def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
+         placed: list[tuple[Instance, DomainMemory]], dram_gib: float) -> Plan:
+    per_gpu = hardware.domains_per_gpu
+    memory = memory_map(placed, per_gpu)
+    instances = sorted((i for i, _ in placed), key=lambda i: i.id)
+    shards = []
+    if model.engram_tables and serving.engram_placement == "hbm":
+        shards = [s for i in instances for s in engram_shards(model, i, per_gpu)]
+    used_trays = sorted({t for i in instances for t in i.trays})
+    return Plan(
+        inputs_digest="sha256:fixture-" + serving.name,
+        hardware=hardware, model=model, serving=serving, instances=instances,
+        memory=dict(sorted(memory.items())), engram_shards=shards,
+        kv_pool=kv_pool(used_trays, dram_gib, dict(sorted(memory.items()))),
+        routing=Routing(policy="kv", overlap_score_credit=1.0, block_size=serving.block_size),
+        solver=SolverInfo(status="OPTIMAL", objective=1.0, bound=1.0, seconds=0.0),
+        predicted={}, decisions=[])
+
+
+# --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
+
+VR_HBM_GIB = 268.2
+VR_WORKSPACE = 6.87
+# compiler.memory for DeepSeek-V4.1-Flash (FP8 weights, FP4 experts, FP8 KV, 131,072 tokens).
+VR_PREFILL_DEP2 = GpuNeed(weights=131.184, kv=4.136, engram=94.4, workspace=VR_WORKSPACE,
+                          pool=True)
+VR_DECODE_DEP32 = GpuNeed(weights=19.057, kv=0.0, engram=5.9, workspace=VR_WORKSPACE, pool=False)
+VR_DECODE_TP8 = GpuNeed(weights=31.348, kv=0.0, engram=23.6, workspace=VR_WORKSPACE, pool=False)
+VR_DRAM_POOL_GIB = 698.5  # half of a tray's 1,397 GiB LPDDR5X
+
+
+def vr_hardware() -> Hardware:
+    trays = [Tray(id=tray_id(t), node_name=f"vr-a-r0-t{t:02d}", nvlink_domain="nvl0",
+                  gpus=gpu_ids(t, range(4)), available=True) for t in range(18)]
+    return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
+                    gpu_product="NVIDIA-Rubin", arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
+                    hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
+                    node_labels={"nvidia.com/gpu.clique": "vr-a"}, trays=trays,
+                    unavailable_gpus=[])
+
+
+def vr_serving() -> Serving:
+    return Serving(name="dsv41-flash", namespace="dsv41", image="vllm/vllm-openai:v0.33.0-cu134",
+                   vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+                   block_size=64, max_model_len=131072,
+                   speculative=Speculative(method="dspark", draft_tokens=5, acceptance=3.51),
+                   engram_placement="hbm")
+
+
+def vr_prefill() -> list[tuple[Instance, DomainMemory]]:
+    memory = VR_PREFILL_DEP2.domains(VR_HBM_GIB, 2)
+    placed = []
+    for tray in range(9):
+        for half in range(2):
+            gpus = gpu_ids(tray, range(2 * half, 2 * half + 2))
+            placed.append((instance("prefill", 2 * tray + half, "DEP2", gpus, dp=2, ep=2, tp=1,
+                                    max_batch=8, max_batched_tokens=16384,
+                                    util=utilization(memory)), memory))
+    return placed
+
+
+def vr_nvl72_plan() -> Plan:
+    memory = VR_DECODE_DEP32.domains(VR_HBM_GIB, 2)
+    gpus = [g for t in range(9, 17) for g in gpu_ids(t, range(4))]
+    decode = instance("decode", 0, "DEP32", gpus, dp=32, ep=32, tp=1, max_batch=64,
+                      max_batched_tokens=384, util=utilization(memory))
+    return plan(vr_hardware(), model_info("deepseek-v4.1-flash"), vr_serving(),
+                [*vr_prefill(), (decode, memory)], VR_DRAM_POOL_GIB)
+
+
+def vr_nvl72_tp8_plan() -> Plan:
+    memory = VR_DECODE_TP8.domains(VR_HBM_GIB, 2)
+    decode = []
+    for k in range(4):
+        first = 9 + 2 * k
+        gpus = gpu_ids(first, range(4)) + gpu_ids(first + 1, range(4))
+        decode.append((instance("decode", k, "TP8", gpus, dp=1, ep=1, tp=8, max_batch=1,
+                                max_batched_tokens=6, util=utilization(memory)), memory))
+    return plan(vr_hardware(), model_info("deepseek-v4.1-flash"), vr_serving(),
+                [*vr_prefill(), *decode], VR_DRAM_POOL_GIB)
+
+
+# --- HGX H200 + DeepSeek-V3 -------------------------------------------------------------------
+
+H200_HBM_GIB = 140.4
+H200_WORKSPACE = 5.183
+# compiler.memory for DeepSeek-V3 (FP8 weights and experts, FP8 KV, 32,768 tokens).
+H200_PREFILL_TP8 = GpuNeed(weights=78.198, kv=0.0, engram=0.0, workspace=H200_WORKSPACE,
+                           pool=False)
+H200_DECODE_DEP8 = GpuNeed(weights=92.705, kv=0.0, engram=0.0, workspace=H200_WORKSPACE,
+                           pool=False)
+H200_DRAM_POOL_GIB = 1024.0  # half of a node's 2 TiB
+
+
+def hgx_h200_plan() -> Plan:
+    trays = [Tray(id=tray_id(n), node_name=f"h200-node-{n}", nvlink_domain=f"nvl{n}",
+                  gpus=gpu_ids(n, range(8)), available=True) for n in range(2)]
+    hardware = Hardware(system="hgx-h200", form="hgx", gpu_family="hopper",
+                        gpu_product="NVIDIA-H200", arch="amd64", gpus_per_tray=8,
+                        domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
+                        node_labels={}, trays=trays, unavailable_gpus=[])
+    serving = Serving(name="dsv3-h200", namespace="dsv3", image="vllm/vllm-openai:v0.33.0",
+                      vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+                      block_size=64, max_model_len=32768,
+                      speculative=Speculative(method="mtp", draft_tokens=1, acceptance=1.8),
+                      engram_placement="hbm")
+    prefill_mem = H200_PREFILL_TP8.domains(H200_HBM_GIB, 1)
+    decode_mem = H200_DECODE_DEP8.domains(H200_HBM_GIB, 1)
+    prefill = instance("prefill", 0, "TP8", gpu_ids(0, range(8)), dp=1, ep=1, tp=8,
+                       max_batch=16, max_batched_tokens=16384, util=utilization(prefill_mem))
+    decode = instance("decode", 0, "DEP8", gpu_ids(1, range(8)), dp=8, ep=8, tp=1,
+                      max_batch=32, max_batched_tokens=64, util=utilization(decode_mem))
+    return plan(hardware, model_info("deepseek-v3"), serving,
+                [(prefill, prefill_mem), (decode, decode_mem)], H200_DRAM_POOL_GIB)
+
+
+# Golden cases (tests/golden/<case>/) and every plan the consistency and conformance tests run.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@functools.cache
+def compiled_plan(example: str) -> Plan:
+    """The plan `rackc compile` makes for one of examples/ (targets not emitted)."""
+    return api.compile(EXAMPLES / example / "deployment.yaml", only=()).plan
+
+
+EXAMPLE_CASES = {p.parent.name: functools.partial(compiled_plan, p.parent.name)
+                 for p in sorted(EXAMPLES.glob("*/deployment.yaml"))}
+GOLDEN_CASES = {"fixture-vr-nvl72": vr_nvl72_plan, "fixture-hgx-h200": hgx_h200_plan,
+                **EXAMPLE_CASES}
+ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan}

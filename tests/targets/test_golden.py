@@ -1,0 +1,63 @@
+"""Golden files: what each target emits for each case, kept in tests/golden/<case>/<target>/.
+
+A missing, extra or different file fails with a unified diff. `pytest --update-goldens`
+rewrites the case's target folder from the current output and still fails, so a rewrite is
+always a deliberate, reviewed step. The cases are the fixture plans until compiled examples
+join them.
+"""
+
+import difflib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from targets import TARGETS
+from tests.targets.fixtures import GOLDEN_CASES
+
+pytestmark = pytest.mark.golden
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def golden_files(folder: Path) -> dict[str, str]:
+    if not folder.is_dir():
+        return {}
+    root = folder.parent
+    return {p.relative_to(root).as_posix(): p.read_text()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def differences(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
+    out = []
+    for path in sorted(set(expected) | set(actual)):
+        if path not in actual:
+            out.append(f"extra golden file (no longer emitted): {path}")
+        elif path not in expected:
+            out.append(f"missing golden file (newly emitted): {path}")
+        elif expected[path] != actual[path]:
+            out.append("".join(difflib.unified_diff(
+                expected[path].splitlines(keepends=True), actual[path].splitlines(keepends=True),
+                fromfile=f"golden/{path}", tofile=f"emitted/{path}")))
+    return out
+
+
+def rewrite(folder: Path, actual: dict[str, str]) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    for path, text in actual.items():
+        target = folder.parent / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden(case, target, update_goldens):
+    folder = GOLDEN / case / target
+    actual = TARGETS[target](GOLDEN_CASES[case]())
+    found = differences(golden_files(folder), actual)
+    if update_goldens:
+        rewrite(folder, actual)
+        pytest.fail(f"rewrote {folder.relative_to(GOLDEN.parent)} "
+                    f"({len(found)} differences); rerun without --update-goldens")
+    assert not found, "\n".join(found)

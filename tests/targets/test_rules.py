@@ -1,0 +1,138 @@
+"""The targets' own rules: names, the YAML writer, flag choices per system, and the plans they
+refuse (with the field and the reason)."""
+
+import pytest
+import yaml
+
+from targets import TARGETS
+from targets._components import components
+from targets._engine import engine_args
+from targets._errors import TargetError
+from targets._names import DNS_LABEL, MAX_LABEL, dns_label
+from targets._yaml import dump_yaml
+from tests.targets import emitted
+from tests.targets.fixtures import hgx_h200_plan, vr_nvl72_plan, vr_nvl72_tp8_plan
+
+
+def test_dns_label_sanitises_model_names():
+    assert dns_label("DeepSeek-V4.1-Flash", "prefill", "DEP2") == "deepseek-v4-1-flash-prefill-dep2"
+    assert dns_label("a_b..c-", "", "-d") == "a-b-c-d"
+
+
+def test_dns_label_shortens_long_names_with_a_stable_hash():
+    long_a, long_b = "x" * 70 + "a", "x" * 70 + "b"
+    a, b = dns_label(long_a), dns_label(long_b)
+    assert len(a) == MAX_LABEL and DNS_LABEL.match(a) and a != b
+    assert a == dns_label(long_a)
+
+
+def test_yaml_quotes_what_yaml_1_1_reads_as_booleans():
+    text = dump_yaml({"kind": "K", "apiVersion": "v1", "a": ["y", "n", "yes", "on", "x"]})
+    assert text.splitlines()[:2] == ["apiVersion: v1", "kind: K"]
+    assert "- 'y'" in text and "- 'n'" in text and "- 'yes'" in text and "- x" in text
+    assert yaml.safe_load(text)["a"] == ["y", "n", "yes", "on", "x"]
+
+
+def flags(plan, role: str) -> list[str]:
+    [component] = [c for c in components(plan) if c.role == role]
+    return engine_args(plan, component)
+
+
+def value(argv: list[str], flag: str) -> str | None:
+    return emitted.flag_value(argv, flag)
+
+
+def test_rubin_kernels_and_all2all():
+    plan = vr_nvl72_plan()
+    prefill, decode = flags(plan, "prefill"), flags(plan, "decode")
+    assert value(prefill, "--all2all-backend") == "deepep_high_throughput"
+    assert value(decode, "--all2all-backend") == "deepep_low_latency"
+    assert value(decode, "--moe-backend") == "flashinfer_cutedsl"  # FP4 experts
+    assert value(decode, "--linear-backend") == "deep_gemm"  # FP8 dense weights
+    assert value(decode, "--attention-backend") == "FLASHINFER_MLA_SPARSE_DSV41"
+    assert value(decode, "--kv-cache-dtype") == "fp8"
+    assert '"method":"dspark"' in value(decode, "--speculative-config")
+
+
+def test_hopper_kernels_and_dense_mla():
+    plan = hgx_h200_plan()
+    prefill, decode = flags(plan, "prefill"), flags(plan, "decode")
+    assert value(prefill, "--tensor-parallel-size") == "8"
+    assert "--all2all-backend" not in prefill and "--enable-expert-parallel" not in prefill
+    assert value(decode, "--all2all-backend") == "deepep_low_latency"
+    assert value(decode, "--moe-backend") == "deep_gemm"
+    assert value(decode, "--attention-backend") == "FLASHMLA"
+    assert not [f for f in decode if f.startswith("-ac.")]  # TRT-LLM ragged is Blackwell-only
+    assert '"method":"mtp"' in value(decode, "--speculative-config")
+
+
+def test_tp8_over_two_trays_uses_vllm_multinode_flags():
+    scripts = [s for s in emitted.scripts(TARGETS["vllm"](vr_nvl72_tp8_plan()))
+               if s.instance == "decode-00"]
+    leader, worker = sorted(scripts, key=lambda s: "--headless" in s.argv)
+    assert [leader.flag("--nnodes"), leader.flag("--node-rank")] == ["2", "0"]
+    assert [worker.flag("--nnodes"), worker.flag("--node-rank")] == ["2", "1"]
+    assert leader.flag("--master-addr") == worker.flag("--master-addr") == "vr-a-r0-t09"
+    assert leader.flag("--master-port") == "29500"
+
+
+def plan_with(plan, **changes):
+    return plan.model_copy(update=changes)
+
+
+def test_prefill_peer_group_is_served_from_host_memory():
+    plan = vr_nvl72_plan()
+    shards = [s.model_copy(update={"group": "prefill"}) if s.group.startswith("prefill") else s
+              for s in plan.engram_shards]
+    scripts = emitted.scripts(TARGETS["vllm"](plan_with(plan, engram_shards=shards)))
+    prefill = [s for s in scripts if s.instance.startswith("prefill")]
+    assert prefill and all(s.flag("--engram-config") == '{"cpu_offload":true}' for s in prefill)
+
+
+def test_refuses_an_instance_holding_another_group():
+    plan = vr_nvl72_plan()
+    shards = [s.model_copy(update={"group": "decode-00"}) if s.group.startswith("prefill") else s
+              for s in plan.engram_shards]
+    with pytest.raises(TargetError, match=r"engram_shards: instance prefill-00 .*'decode-00'"):
+        TARGETS["vllm"](plan_with(plan, engram_shards=shards))
+
+
+def test_refuses_another_vllm_version():
+    plan = hgx_h200_plan()
+    serving = plan.serving.model_copy(update={"vllm_version": "0.31.0"})
+    with pytest.raises(TargetError, match=r"serving\.vllm_version"):
+        TARGETS["dynamo"](plan_with(plan, serving=serving))
+
+
+def test_refuses_ranks_that_interleave_trays():
+    plan = vr_nvl72_plan()
+    decode = plan.instance("decode-00")
+    gpus = [decode.gpus[4], *decode.gpus[:4], *decode.gpus[5:]]
+    instances = [i if i.id != "decode-00" else i.model_copy(update={"gpus": gpus})
+                 for i in plan.instances]
+    with pytest.raises(TargetError, match="contiguous"):
+        TARGETS["lws"](plan_with(plan, instances=instances))
+
+
+def test_refuses_a_router_block_size_unlike_the_engines():
+    plan = hgx_h200_plan()
+    routing = plan.routing.model_copy(update={"block_size": 32})
+    with pytest.raises(TargetError, match=r"routing\.block_size"):
+        TARGETS["k8s"](plan_with(plan, routing=routing))
+
+
+def test_refuses_dram_segments_where_no_engine_runs():
+    plan = vr_nvl72_plan()
+    idle = plan.kv_pool.segments[0].model_copy(update={"location": "r0-t17"})
+    pool = plan.kv_pool.model_copy(update={"segments": [*plan.kv_pool.segments, idle]})
+    with pytest.raises(TargetError, match=r"r0-t17"):
+        TARGETS["mooncake"](plan_with(plan, kv_pool=pool))
+
+
+def test_replicas_with_other_batch_limits_become_their_own_component():
+    plan = vr_nvl72_plan()
+    instances = [i.model_copy(update={"max_batch": 4}) if i.id in ("prefill-00", "prefill-01")
+                 else i for i in plan.instances]
+    names = {c.name: len(c.instances) for c in components(plan_with(plan, instances=instances))}
+    assert names == {"decode-dep32": 1, "prefill-dep2-b4-t16384": 2,
+                     "prefill-dep2-b8-t16384": 16}
