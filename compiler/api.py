@@ -1,6 +1,7 @@
 """The public entry points the CLI calls: each takes paths/inputs and returns data, no printing.
 `write_artifacts` and `write_text_atomic` are the only functions that touch the file system."""
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -177,7 +178,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None) -> CompileRes
             artifacts.update(emit(plan))
     clock["emitted"] = time.perf_counter()
     names = list(clock)
-    seconds = {f"{b}": round(clock[b] - clock[a], 4) for a, b in zip(names, names[1:])}
+    seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
     return CompileResult(plan, dict(sorted(artifacts.items())), seconds)
 
 

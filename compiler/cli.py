@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from compiler import api
-from compiler.perf.commands import add_perf_commands
 from compiler.load import display_name
+from compiler.perf.commands import add_perf_commands
 from schemas import KINDS
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.export import schema_text

@@ -196,7 +196,8 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "speculative", "method"), "E105",
                          f"the model's built-in draft ({have})", repr(spec_cfg.method),
                          f"{model.metadata.name} has no {spec_cfg.method} layers"))
-    if dep.spec.serving.kv_pool and dep.spec.serving.kv_pool.hbm and not dep.spec.serving.kv_pool.dram:
+    pool = dep.spec.serving.kv_pool
+    if pool and pool.hbm and not pool.dram:
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",
                          "set `dram: true`: the HBM segments join the DRAM store"))

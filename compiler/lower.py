@@ -24,7 +24,7 @@ from compiler.plan import (
 )
 from compiler.precheck import kv_dtype, max_model_len
 from compiler.solve import Solution
-from compiler.solve.memory_map import domain_memory, total_gib
+from compiler.solve.memory_map import total_gib
 from compiler.solve.place import gpu_index
 
 

@@ -41,7 +41,8 @@ class PinnedInstances(StrictModel):
 class Objective(StrictModel):
     mode: Literal["throughput", "latency", "pinned"] = "throughput"
     instances: list[PinnedInstances] = Field(
-        default_factory=list, description="mode pinned: the instance counts and shapes; the solver places them"
+        default_factory=list,
+        description="mode pinned: the instance counts and shapes; the solver places them",
     )
 
 

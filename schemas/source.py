@@ -115,8 +115,8 @@ def load_yaml_text(text: str, file: str) -> Document:
         mark = exc.problem_mark or exc.context_mark
         pos = Position(mark.line + 1, mark.column + 1) if mark else here
         problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise CompileError([_error(file, "E002", pos, "", "valid YAML", problem,
-                                   "check indentation, colons and quotes near this line")]) from None
+        hint = "check indentation, colons and quotes near this line"
+        raise CompileError([_error(file, "E002", pos, "", "valid YAML", problem, hint)]) from None
     except yaml.YAMLError as exc:
         raise CompileError([_error(file, "E002", here, "", "valid YAML", str(exc).strip(),
                                    "check the file's syntax")]) from None

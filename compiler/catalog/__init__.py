@@ -51,7 +51,8 @@ def model_text(name: str) -> str:
 
 @functools.cache
 def workload(name: str) -> Profile:
-    return Profile.model_validate(yaml.safe_load((_DATA / "workloads" / f"{name}.yaml").read_text()))
+    text = (_DATA / "workloads" / f"{name}.yaml").read_text()
+    return Profile.model_validate(yaml.safe_load(text))
 
 
 def calibration_path(system_name: str, suffix: str = "json") -> Path:

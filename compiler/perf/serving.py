@@ -148,7 +148,8 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
         batch = min(rate * decode_us / max(d_ranks, 1), max(g.max_batch for g in decode))
         nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
-        if abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12) and abs(nxt.batch - state.batch) < 1e-6:
+        settled = abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12)
+        if settled and abs(nxt.batch - state.batch) < 1e-6:
             break
         state = nxt
     _, steps = decode_at(state.batch)

@@ -20,7 +20,8 @@ def test_json_schemas_have_not_drifted():
     assert on_disk == files, "run: python -c 'from schemas.export import ...' (see README)"
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/*.yaml")), ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_examples_validate_against_exported_schema(path: Path):
     doc = yaml.safe_load(path.read_text())
     schema = json.loads((JSON_DIR / f"{doc['kind'].lower()}.schema.json").read_text())
