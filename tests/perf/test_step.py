@@ -1,0 +1,84 @@
+"""Step and serving models: monotonic where physics says so, and composed as documented."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler import catalog
+from compiler.load import load_inputs
+from compiler.perf.predict import context
+from compiler.perf.serving import Workload, per_user_rates, prefix_hit_rate
+from compiler.perf.step import PerfContext, decode_step, prefill_step
+from compiler.shapes import parse_shape
+
+VR = Path(__file__).resolve().parents[2] / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+H200 = Path(__file__).resolve().parents[2] / "examples" / "hgx-h200-deepseek-v3"
+
+
+@pytest.fixture(scope="module")
+def vr() -> PerfContext:
+    return context(load_inputs(VR / "deployment.yaml"), 32)
+
+
+@pytest.fixture(scope="module")
+def h200() -> PerfContext:
+    return context(load_inputs(H200 / "deployment.yaml"), 8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 255), kv=st.integers(128, 100_000))
+def test_decode_step_grows_with_batch_and_context(vr, batch, kv):
+    shape = parse_shape("DEP32")
+    base = decode_step(vr, shape, batch, kv).us
+    assert decode_step(vr, shape, batch + 1, kv).us >= base
+    assert decode_step(vr, shape, batch, kv * 2).us >= base
+
+
+@settings(max_examples=20, deadline=None)
+@given(tokens=st.sampled_from([1024, 2048, 4096, 8192, 16384]), cached=st.integers(0, 60_000))
+def test_prefill_chunk_grows_with_tokens_and_cached_prefix(h200, tokens, cached):
+    shape = parse_shape("DEP8")
+    base = prefill_step(h200, shape, tokens, 1024, cached).us
+    assert prefill_step(h200, shape, tokens * 2, 1024, cached).us >= base
+    assert prefill_step(h200, shape, tokens, 1024, cached + 4096).us >= base
+
+
+def test_faster_gpu_is_never_slower(h200):
+    b200 = catalog.system("hgx-b200")
+    faster = dataclasses.replace(h200, system=b200, ops=dataclasses.replace(h200.ops,
+                                                                            system=b200))
+    for batch in (1, 16, 128):
+        assert decode_step(faster, parse_shape("DEP8"), batch, 4096).us \
+            <= decode_step(h200, parse_shape("DEP8"), batch, 4096).us
+
+
+def test_breakdown_sums_to_the_step(vr):
+    st_ = decode_step(vr, parse_shape("DEP16"), 32, 30_000)
+    assert sum(st_.breakdown.values()) == pytest.approx(st_.us)
+    assert {"moe_experts", "dispatch", "combine", "attention", "draft", "engram", "indexer"} \
+        <= set(st_.breakdown)
+
+
+def test_speculation_emits_acceptance_tokens_per_step(vr):
+    st_ = decode_step(vr, parse_shape("DEP32"), 8, 30_000)
+    w = Workload(1, 1, 0.0, 0.0, 1, 0, 0, 1)
+    p50, p90 = per_user_rates(vr, st_, 8, w)
+    assert p50 == pytest.approx(1e6 * vr.acceptance / st_.us)
+    assert p90 < p50  # acceptance varies between requests
+
+
+def test_die_local_placement_is_faster_on_rubin(vr):
+    interleaved = dataclasses.replace(vr, die_local=False)
+    shape = parse_shape("DEP16")
+    assert decode_step(vr, shape, 64, 30_000).breakdown["moe_experts"] \
+        < decode_step(interleaved, shape, 64, 30_000).breakdown["moe_experts"]
+
+
+def test_prefix_hit_rate_follows_pool_capacity():
+    w = Workload(1000, 100, 0, 0, 10, 0.9, 1000, 10)
+    assert prefix_hit_rate(w, 10_000) == pytest.approx(0.9)
+    assert prefix_hit_rate(w, 5_000) == pytest.approx(0.45)
+    assert prefix_hit_rate(dataclasses.replace(w, prefix_reuse=0.0), 10_000) == 0.0
