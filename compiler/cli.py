@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -234,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
         sys.stderr.close()
         return 0
+    except Exception:  # a bug, not bad input: show where, and say so
+        traceback.print_exc()
+        sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "
+                         "please report it with the traceback above\n")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

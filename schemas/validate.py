@@ -1,14 +1,10 @@
 """Turn a loaded document into a typed model, translating every pydantic error to a Diagnostic."""
 
-from typing import TypeVar
-
 from pydantic import BaseModel, ValidationError
 
 from schemas import API_VERSION, KINDS
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.source import Document, PathKey, format_path
-
-T = TypeVar("T", bound=BaseModel)
 
 # pydantic error type -> (code, what we expected when pydantic's message is not clearer)
 _CODES: dict[str, str] = {
