@@ -1,10 +1,7 @@
-"""The public entry points the CLI calls: each takes paths/inputs and returns data, no printing.
-`write_artifacts` and `write_text_atomic` are the only functions that touch the file system."""
+"""The public entry points the CLI calls: each takes paths/inputs and returns data, no printing
+(writing files is compiler.files' job)."""
 
 import itertools
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -14,6 +11,7 @@ import yaml
 
 from compiler import arch, graph
 from compiler.decisions import decisions
+from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
@@ -62,18 +60,6 @@ def failed_check(error: CompileError) -> dict:
     out: dict = dict.fromkeys(CHECK_KEYS)
     out.update(ok=False, shapes=[], diagnostics=[d.to_dict() for d in error.diagnostics])
     return out
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file and rename, so a failure never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def read_plan(path: Path) -> Plan:
@@ -155,8 +141,10 @@ def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) 
     return data
 
 
-def compile(deployment: Path, only: tuple[str, ...] | None = None) -> CompileResult:
-    """Load, check, solve, lower, predict and emit. Raises CompileError (exit 2 or 3)."""
+def compile(deployment: Path, only: tuple[str, ...] | None = None,
+            emitter: EmitWorker | None = None) -> CompileResult:
+    """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
+    the same result). Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
     inputs = load_inputs(deployment)
     g = build_graph(inputs)
@@ -173,36 +161,13 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None) -> CompileRes
         "decisions": decisions(inputs, sol, draft.instances)})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
-    for name, emit in targets().items():
-        if only is None or name in only:
-            artifacts.update(emit(plan))
+    if emitter is not None:
+        artifacts.update(emitter.emit(artifacts["plan.yaml"], only))
+    else:
+        for name, emit in targets().items():
+            if only is None or name in only:
+                artifacts.update(emit(plan))
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
     return CompileResult(plan, dict(sorted(artifacts.items())), seconds)
-
-
-def write_artifacts(out: Path, artifacts: dict[str, str | bytes]) -> None:
-    """Write everything into a fresh temporary sibling of OUT, then swap it in: on any error
-    OUT is left as it was, never half-written."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for rel, content in artifacts.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content, encoding="utf-8", newline="\n")
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        staging.rename(out)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

@@ -1,5 +1,6 @@
 """The `rackc` command line: parse arguments, call compiler.api, print. Only this module does I/O
-on the user's behalf (and `write_artifacts`, which it calls)."""
+on the user's behalf (and `write_artifacts`, which it calls). `compiler.api` is imported inside
+each command so that `compile` can fork its target emitter before the heavy imports."""
 
 import argparse
 import json
@@ -9,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler import api
+from compiler import files
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from schemas import KINDS
@@ -32,6 +33,8 @@ def _report(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from compiler import api
+
     try:
         result = api.check(Path(args.deployment))
     except CompileError as exc:
@@ -80,7 +83,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     if args.output in (None, "-"):
         sys.stdout.write(text)
     else:
-        api.write_text_atomic(Path(args.output), text)
+        files.write_text_atomic(Path(args.output), text)
     return 0
 
 
@@ -107,13 +110,21 @@ def _with_progress(label: str, work: Callable[[], object]) -> object:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from compiler.emit_worker import EmitWorker
+
     only = tuple(args.targets.split(",")) if args.targets else None
+    emitter = EmitWorker()  # forked before the solver's imports, so the two overlap
     try:
-        result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only))
-        api.write_artifacts(Path(args.output), result.artifacts)
+        from compiler import api
+
+        result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only,
+                                                                 emitter))
+        files.write_artifacts(Path(args.output), result.artifacts)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
+    finally:
+        emitter.close()
     plan = result.plan
     if args.format == "json":
         _print_json({"out": args.output, "files": sorted(result.artifacts),
@@ -133,11 +144,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from compiler import api
+
     try:
         result = _with_progress("predicting", lambda: api.compile(
             Path(args.deployment), ("report",) if args.plot else ()))
         if args.plot:
-            api.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"])
+            files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"])
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -154,6 +167,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from compiler import api
+
     try:
         plan = api.read_plan(Path(args.plan))
     except CompileError as exc:
@@ -172,6 +187,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from compiler import api
+
     try:
         a, b = api.read_plan(Path(args.a)), api.read_plan(Path(args.b))
     except CompileError as exc:

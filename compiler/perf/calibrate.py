@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from compiler import catalog
-from compiler.api import write_text_atomic
 from compiler.catalog.system import System
+from compiler.files import write_text_atomic
 from compiler.perf import fit
 from schemas.diagnostics import Diagnostic, did_you_mean
 

@@ -140,3 +140,14 @@ def test_predict_json_keys():
                 "ttft_ms_p90", "tpot_ms_p50", "prefix_hit_rate", "tokens_per_s_per_kw",
                 "instances", "breakdown"):
         assert key in data
+
+
+def test_forked_emitter_gives_the_same_files():
+    from compiler.emit_worker import EmitWorker
+
+    worker = EmitWorker()
+    try:
+        forked = api.compile(VR, emitter=worker).artifacts
+    finally:
+        worker.close()
+    assert forked == api.compile(VR).artifacts

@@ -1,0 +1,667 @@
+"""Measure whole decode and prefill steps of Qwen3-30B-A3B on one GPU (PyTorch only).
+
+Why: rackc's step model (compiler/perf/step.py) adds up operator costs fitted to single-kernel
+measurements (compiler/perf/measure.py). This script times the whole step of a real
+architecture on the same GPU, so that benchmarks/accuracy_steps.py can say how far the sum
+of modelled operators is from a real forward pass.
+
+What: a faithful single-GPU bf16 forward of Qwen3-30B-A3B (hidden 2048, 48 layers, all MoE;
+GQA 32 q / 4 KV heads of 128; 128 experts top-8 of width 768; vocab 151936) with random
+weights (never zeros; about 61 GB). Per layer, in this order (the "stages"):
+
+    attn_norm   RMSNorm
+    qkv_proj    fused QKV projection (F.linear to 5120)
+    qk_norm     Qwen3's per-head RMSNorm on q and k
+    kv_write    new K/V into the cache (decode: one slot of a padded dense [B, 4, L, 128] cache;
+                prefill: a token-major [S, 4, 128] cache)
+    attention   F.scaled_dot_product_attention, enable_gqa=True (decode: one query token per
+                sequence over kv_len cached tokens; prefill: causal over S tokens)
+    o_proj      output projection (F.linear 4096 -> 2048)
+    residual_1  residual add
+    ffn_norm    RMSNorm
+    router      F.linear to 128 experts
+    topk        top-8 of the logits, softmax over the 8 (= Qwen3's softmax + renormalise)
+    sort        tokens sorted by expert (stable argsort), per-expert counts, offsets, weights
+    gather      index_select of the routed rows
+    gate_up     torch._grouped_mm, fused gate+up [128, 1536, 2048]
+    act         SiLU(gate) * up
+    down        torch._grouped_mm, down [128, 2048, 768]
+    combine     routed rows scaled by their weights, index_add_ back to tokens
+    residual_2  residual add
+
+plus the embedding lookup before the layers and the final RMSNorm + LM head after them (decode:
+every sequence's row; prefill: the last token only). RoPE is omitted: it is one fused
+elementwise kernel per layer in serving engines (a few us), and unfused PyTorch would
+overstate it several-fold. No sampling.
+
+How:
+* Decode: the whole step (embedding, 48 layers, LM head) is captured in one CUDA graph and its
+  replays are timed with CUDA events, one event pair a replay; the median of >= 20 replays after
+  warm-up, with p10 / p90. The KV cache is random; each layer has its own cache where they fit
+  in CACHE_BUDGET_BYTES, else layers share caches round-robin (shared caches are >= 1 GB
+  apart in time, far past the 60 MB L2, so no layer reads another's cache from L2).
+* Prefill (batch 1, no cached prefix): captured and replayed the same way (`us`), and also run
+  eagerly (`us_eager`, launch gaps included).
+* Per point, each stage is also timed alone: a graph of that stage for all 48 layers (each on
+  its own layer's weights), so the sum of stages over the step shows the gaps between kernels.
+* SDPA backend: every fused backend (flash, cuDNN, memory-efficient) is timed on the attention
+  stage with enable_gqa=True and the fastest that runs is used in the step, as an engine would
+  pick its fastest kernel (the math backend only where no fused one runs). At decode the
+  "packed" layout of measure.py (the 8 q heads of a KV head as 8 query rows, no enable_gqa) is
+  timed for information, not used.
+* Routing is whatever the random router gives (near uniform); the busiest expert's load over
+  the mean is recorded for layer 0.
+* A self-check compares one layer on a small decode batch with a float32 reference
+  (dense attention, per-expert loop) before anything is timed.
+
+Run from the repository root on the GPU machine (about two minutes on an H200)::
+
+    PYTHONUNBUFFERED=1 python3 benchmarks/measure_steps.py -o $OUT/h200-steps.json
+
+``--points decode:8:1024,prefill:1024`` runs a subset; ``--tiny`` runs a shrunken model on
+the CPU (no graphs, wall-clock timing) to test the code without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SCHEMA = "rackc.steps/v1"
+BF16 = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "qwen3-30b-a3b"
+    hidden: int = 2048
+    layers: int = 48
+    q_heads: int = 32
+    kv_heads: int = 4
+    head_dim: int = 128
+    experts: int = 128
+    top_k: int = 8
+    inter: int = 768
+    vocab: int = 151936
+    eps: float = 1e-6
+
+
+QWEN3_30B_A3B = Config()
+TINY = Config(name="tiny", hidden=256, layers=3, q_heads=8, kv_heads=2, head_dim=32, experts=8,
+              top_k=2, inter=64, vocab=1000)
+
+DECODE_GRID = [(b, n) for b in (1, 8, 32, 128) for n in (1024, 8192)]
+PREFILL_GRID = [1024, 4096, 16384]
+CACHE_BUDGET_BYTES = 40 << 30  # KV cache beside ~61 GB of weights on a 141 GB card
+STEP_REPS = (20, 60, 1.0)  # min, max replays, target seconds of timed replays
+STAGE_REPS = (10, 30, 0.25)
+EAGER_REPS = 5
+SPIN_UP_SECONDS = 2.0
+FUSED = (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Model: random weights, one dict of tensors per layer.
+
+
+class Model:
+    def __init__(self, c: Config, device: str, seed: int = 0):
+        self.c, self.device = c, device
+        torch.manual_seed(seed)
+        qkv = (c.q_heads + 2 * c.kv_heads) * c.head_dim
+
+        def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
+            return torch.empty(shape, device=device, dtype=BF16).normal_(0.0, std)
+
+        def norm_weight(n: int) -> torch.Tensor:
+            return (1.0 + 0.1 * torch.randn(n, device=device)).to(BF16)
+
+        self.embed = normal(c.vocab, c.hidden, std=1.0)
+        self.layers = []
+        for _ in range(c.layers):
+            self.layers.append({
+                "ln1": norm_weight(c.hidden),
+                "wqkv": normal(qkv, c.hidden),
+                "qn": norm_weight(c.head_dim),
+                "kn": norm_weight(c.head_dim),
+                "wo": normal(c.hidden, c.q_heads * c.head_dim),
+                "ln2": norm_weight(c.hidden),
+                "wr": normal(c.experts, c.hidden),
+                "w13": normal(c.experts, 2 * c.inter, c.hidden),
+                "w2": normal(c.experts, c.hidden, c.inter),
+            })
+        self.lnf = norm_weight(c.hidden)
+        self.lm_head = normal(c.vocab, c.hidden)
+
+    def nbytes(self) -> int:
+        tensors = [self.embed, self.lnf, self.lm_head] + [t for w in self.layers
+                                                          for t in w.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# ---------------------------------------------------------------------------------------
+# One step as a list of stages. A stage is fn(state, layer) mutating the dict `state`.
+
+Stage = Callable[[dict, int], None]
+
+
+class Step:
+    """The stages of one decode step (`batch` sequences over `length` cached tokens) or one
+    prefill (`length` new tokens, batch 1), with their caches and SDPA choice."""
+
+    def __init__(self, m: Model, phase: str, batch: int, length: int):
+        self.m, self.c, self.phase, self.batch, self.length = m, m.c, phase, batch, length
+        self.tokens = batch if phase == "decode" else batch * length
+        self.backend: SDPBackend | None = None  # None: PyTorch's dispatcher picks
+        self.packed = False  # decode: GQA heads as query rows, no enable_gqa
+        c = self.c
+        if phase == "decode":
+            per_layer = 2 * batch * c.kv_heads * length * c.head_dim * 2
+            self.cache_shape = (batch, c.kv_heads, length, c.head_dim)
+        else:
+            per_layer = 2 * self.tokens * c.kv_heads * c.head_dim * 2
+            self.cache_shape = (self.tokens, c.kv_heads, c.head_dim)
+        self.n_caches = max(1, min(c.layers, CACHE_BUDGET_BYTES // per_layer))
+        self.cache_bytes = self.n_caches * per_layer
+        self.caches = [(torch.randn(self.cache_shape, device=m.device, dtype=BF16),
+                        torch.randn(self.cache_shape, device=m.device, dtype=BF16))
+                       for _ in range(self.n_caches)]
+        gen = torch.Generator(device="cpu").manual_seed(1)
+        self.state: dict = {"ids": torch.randint(0, c.vocab, (self.tokens,), generator=gen)
+                            .to(m.device)}
+
+    # -- attention, the only stage whose implementation varies
+    def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw) -> torch.Tensor:
+        if self.backend is None:
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+        with sdpa_kernel(self.backend):
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    def stages(self) -> list[tuple[str, Stage]]:
+        c, m = self.c, self.m
+        T, H, D, K, E, inter = self.tokens, c.hidden, c.head_dim, c.top_k, c.experts, c.inter
+        QH, KVH = c.q_heads, c.kv_heads
+        L = m.layers
+
+        def attn_norm(s, i):
+            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln1"], c.eps)
+
+        def qkv_proj(s, i):
+            s["qkv"] = F.linear(s["h"], L[i]["wqkv"])
+
+        def qk_norm(s, i):
+            q, k, v = s["qkv"].split([QH * D, KVH * D, KVH * D], -1)
+            s["q"] = F.rms_norm(q.view(T, QH, D), (D,), L[i]["qn"], c.eps)
+            s["k"] = F.rms_norm(k.view(T, KVH, D), (D,), L[i]["kn"], c.eps)
+            s["v"] = v.view(T, KVH, D)
+
+        def kv_write(s, i):
+            kc, vc = self.caches[i % self.n_caches]
+            if self.phase == "decode":
+                pos = self.length - 1  # the new token's slot; every sequence has kv_len tokens
+                kc[:, :, pos] = s["k"]
+                vc[:, :, pos] = s["v"]
+            else:
+                kc.copy_(s["k"])
+                vc.copy_(s["v"])
+
+        def attention(s, i):
+            kc, vc = self.caches[i % self.n_caches]
+            if self.phase == "decode" and self.packed:
+                q = s["q"].view(T, KVH, QH // KVH, D)
+                o = self.sdpa(q, kc, vc)
+            elif self.phase == "decode":
+                q = s["q"].view(T, QH, 1, D)
+                o = self.sdpa(q, kc, vc, enable_gqa=True)
+            else:  # batch 1: [S, heads, D] viewed as [1, heads, S, D]
+                q = s["q"].transpose(0, 1).unsqueeze(0)
+                k, v = kc.transpose(0, 1).unsqueeze(0), vc.transpose(0, 1).unsqueeze(0)
+                o = self.sdpa(q, k, v, is_causal=True, enable_gqa=True)
+                o = o[0].transpose(0, 1)
+            s["o"] = o.reshape(T, QH * D)
+
+        def o_proj(s, i):
+            s["a"] = F.linear(s["o"], L[i]["wo"])
+
+        def residual_1(s, i):
+            s["x"] = s["x"] + s["a"]
+
+        def ffn_norm(s, i):
+            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln2"], c.eps)
+
+        def router(s, i):
+            s["logits"] = F.linear(s["h"], L[i]["wr"])
+
+        def topk(s, i):
+            w, ids = s["logits"].topk(K, dim=-1)
+            s["tw"], s["ti"] = w.float().softmax(-1), ids
+
+        def sort(s, i):
+            flat = s["ti"].reshape(-1)
+            order = flat.argsort(stable=True)
+            s["tok"] = order // K
+            counts = torch.zeros(E, device=flat.device, dtype=torch.int64)
+            counts.scatter_add_(0, flat, torch.ones_like(flat))
+            s["counts"] = counts
+            s["offs"] = counts.cumsum(0).to(torch.int32)
+            s["ws"] = s["tw"].reshape(-1)[order].to(BF16)
+
+        def gather(s, i):
+            s["xs"] = s["h"].index_select(0, s["tok"])
+
+        def gate_up(s, i):
+            s["gu"] = torch._grouped_mm(s["xs"], L[i]["w13"].transpose(-2, -1), offs=s["offs"])
+
+        def act(s, i):
+            gu = s["gu"]
+            s["act"] = F.silu(gu[:, :inter]) * gu[:, inter:]
+
+        def down(s, i):
+            s["y"] = torch._grouped_mm(s["act"], L[i]["w2"].transpose(-2, -1), offs=s["offs"])
+
+        def combine(s, i):
+            out = torch.zeros_like(s["h"])
+            s["moe"] = out.index_add_(0, s["tok"], s["y"] * s["ws"].unsqueeze(1))
+
+        def residual_2(s, i):
+            s["x"] = s["x"] + s["moe"]
+
+        return [(f.__name__, f) for f in (
+            attn_norm, qkv_proj, qk_norm, kv_write, attention, o_proj, residual_1, ffn_norm,
+            router, topk, sort, gather, gate_up, act, down, combine, residual_2)]
+
+    def embed(self, s: dict, _: int = 0) -> None:
+        s["x"] = self.m.embed.index_select(0, s["ids"])
+
+    def head(self, s: dict, _: int = 0) -> None:
+        x = s["x"]
+        if self.phase == "prefill":  # the last token of each sequence
+            x = x.view(self.batch, self.length, -1)[:, -1]
+        h = F.rms_norm(x, (self.c.hidden,), self.m.lnf, self.c.eps)
+        s["out"] = F.linear(h, self.m.lm_head)
+
+    def run(self) -> None:
+        """The whole step."""
+        s, stages = self.state, self.stages()
+        self.embed(s)
+        for layer in range(self.c.layers):
+            for _, fn in stages:
+                fn(s, layer)
+        self.head(s)
+
+    def prime(self) -> None:
+        """Fill the state with every stage's output (embedding and layer 0, eagerly)."""
+        self.embed(self.state)
+        for _, fn in self.stages():
+            fn(self.state, 0)
+
+    def run_stage(self, fn: Stage) -> Callable[[], None]:
+        """`fn` for every layer, each on its own weights (the state must hold its inputs)."""
+        def call() -> None:
+            for layer in range(self.c.layers):
+                fn(self.state, layer)
+        return call
+
+
+# ---------------------------------------------------------------------------------------
+# Timing.
+
+
+class Timer:
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+        self._graphs: list = []
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def warm(self, fn: Callable[[], None]) -> None:
+        """One eager run on a side stream, as graph capture requires."""
+        if not self.cuda:
+            fn()
+            return
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+
+    def samples(self, run: Callable[[], None], reps: tuple[int, int, float]) -> list[float]:
+        """Microseconds of each timed call of `run`: one untimed call, then enough timed
+        calls to fill the target time, between min and max."""
+        lo, hi, target = reps
+        first = self._timed(run, 1)[0]
+        n = min(hi, max(lo, math.ceil(target * 1e6 / max(first, 1.0))))
+        return self._timed(run, n)
+
+    def _timed(self, run: Callable[[], None], n: int) -> list[float]:
+        if not self.cuda:
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                run()
+                out.append((time.perf_counter() - t) * 1e6)
+            return out
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(n)]
+        for start, end in events:
+            start.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) * 1e3 for start, end in events]
+
+    def graph(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """`fn` captured in a CUDA graph (after a warm-up run); the replay. On CPU: fn."""
+        self.warm(fn)
+        if not self.cuda:
+            return fn
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        g.replay()  # the first replay uploads the graph
+        torch.cuda.synchronize()
+        self._graphs.append(g)
+        return g.replay
+
+    def release(self) -> None:
+        self._graphs.clear()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+
+def stats(samples: list[float]) -> dict[str, float]:
+    deciles = statistics.quantiles(samples, n=10, method="inclusive")
+    return {"us": round(statistics.median(samples), 2), "us_p10": round(deciles[0], 2),
+            "us_p90": round(deciles[-1], 2), "reps": len(samples)}
+
+
+# ---------------------------------------------------------------------------------------
+# Measurement of one point.
+
+
+def choose_attention(step: Step, timer: Timer) -> tuple[dict[str, float], dict[str, float]]:
+    """Time the attention stage under each fused SDPA backend (enable_gqa=True) and keep the
+    fastest in `step`; at decode also time the packed layout, for information.
+    Returns ({impl: us per step}, {impl: error}) ."""
+    fn = dict(step.stages())["attention"]
+    times, errors = {}, {}
+    if not timer.cuda:
+        return times, errors
+    tiers = [list(FUSED), [SDPBackend.MATH]]
+    variants = [(b, False) for b in tiers[0]]
+    if step.phase == "decode":
+        variants += [(b, True) for b in tiers[0]]
+    for backend, packed in variants:
+        step.backend, step.packed = backend, packed
+        name = f"{backend.name.lower()}{' packed' if packed else ' enable_gqa'}"
+        try:
+            times[name] = statistics.median(timer.samples(timer.graph(step.run_stage(fn)),
+                                                          STAGE_REPS))
+        except RuntimeError as err:
+            errors[name] = (str(err).strip().splitlines() or ["?"])[0][:160]
+        timer.release()
+    gqa = {n: t for n, t in times.items() if n.endswith("enable_gqa")}
+    if not gqa:  # no fused backend: the math path
+        step.backend, step.packed = SDPBackend.MATH, False
+        times["math enable_gqa"] = statistics.median(
+            timer.samples(timer.graph(step.run_stage(fn)), STAGE_REPS))
+        timer.release()
+        gqa = {"math enable_gqa": times["math enable_gqa"]}
+    best = min(gqa, key=gqa.get)
+    by_name = {b.name.lower(): b for b in (*FUSED, SDPBackend.MATH)}
+    step.backend, step.packed = by_name[best.split()[0]], False
+    return {n: round(t, 2) for n, t in times.items()}, errors
+
+
+def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
+                  stages: bool = True) -> dict:
+    started = time.monotonic()
+    step = Step(m, phase, batch, length)
+    step.prime()
+    attn_times, attn_errors = choose_attention(step, timer)
+    # Whole step: graph replays.
+    replay = timer.graph(step.run)
+    whole = timer.samples(replay, STEP_REPS)
+    out = step.state["out"]
+    finite = bool(torch.isfinite(out.float()).all())
+    counts = step.state["counts"].float()  # of the last layer
+    point = {"phase": phase, "batch": batch}
+    point.update({"kv_len": length} if phase == "decode" else {"tokens": length})
+    point.update(stats(whole))
+    point["timing"] = "cuda-graph replay" if timer.cuda else "eager wall clock (CPU)"
+    point["attn_impl"] = (f"sdpa:{step.backend.name.lower()} enable_gqa" if step.backend
+                          else "sdpa:default enable_gqa")
+    timer.release()
+    if phase == "prefill":
+        step.run()  # eager: same code, launches from Python
+        timer.sync()
+        point["us_eager"] = round(statistics.median(timer._timed(step.run, EAGER_REPS)), 2)
+    # Each stage alone, for all layers; then embedding and head.
+    if stages:
+        comp = {}
+        for name, fn in step.stages():
+            comp[name] = round(statistics.median(
+                timer.samples(timer.graph(step.run_stage(fn)), STAGE_REPS)), 2)
+            timer.release()
+        comp["embed"] = round(statistics.median(
+            timer.samples(timer.graph(lambda st=step: st.embed(st.state)), STAGE_REPS)), 2)
+        timer.release()
+        comp["head"] = round(statistics.median(
+            timer.samples(timer.graph(lambda st=step: st.head(st.state)), STAGE_REPS)), 2)
+        timer.release()
+        point["stages_us"] = comp
+        point["stages_sum_us"] = round(sum(comp.values()), 2)
+    point["attn_variants_us"] = attn_times
+    if attn_errors:
+        point["attn_variant_errors"] = attn_errors
+    point["expert_load_max_over_mean"] = round(float(counts.max() / counts.mean()), 3)
+    point["kv_caches"] = {"distinct": step.n_caches, "bytes": step.cache_bytes}
+    point["output_finite"] = finite
+    point["seconds"] = round(time.monotonic() - started, 1)
+    del step
+    timer.release()
+    return point
+
+
+# ---------------------------------------------------------------------------------------
+# Self-check: one layer on a small decode batch against a float32 reference.
+
+
+def reference_layer(m: Model, x: torch.Tensor, layer: int, kc: torch.Tensor, vc: torch.Tensor,
+                    pos: int) -> torch.Tensor:
+    c, w = m.c, {k: v.float() for k, v in m.layers[layer].items()}
+    B, D, QH, KVH = x.shape[0], c.head_dim, c.q_heads, c.kv_heads
+    x = x.float()
+    h = F.rms_norm(x, (c.hidden,), w["ln1"], c.eps)
+    q, k, v = (h @ w["wqkv"].T).split([QH * D, KVH * D, KVH * D], -1)
+    q = F.rms_norm(q.view(B, QH, D), (D,), w["qn"], c.eps)
+    k = F.rms_norm(k.view(B, KVH, D), (D,), w["kn"], c.eps)
+    kc, vc = kc.float().clone(), vc.float().clone()
+    kc[:, :, pos], vc[:, :, pos] = k, v.view(B, KVH, D)
+    kr = kc.repeat_interleave(QH // KVH, dim=1)  # [B, QH, L, D]
+    vr = vc.repeat_interleave(QH // KVH, dim=1)
+    scores = torch.einsum("bhd,bhld->bhl", q, kr) / math.sqrt(D)
+    o = torch.einsum("bhl,bhld->bhd", scores.softmax(-1), vr).reshape(B, QH * D)
+    x = x + o @ w["wo"].T
+    h = F.rms_norm(x, (c.hidden,), w["ln2"], c.eps)
+    tw, ti = (h @ w["wr"].T).topk(c.top_k, -1)
+    tw = tw.softmax(-1)
+    moe = torch.zeros_like(h)
+    for b in range(B):
+        for j in range(c.top_k):
+            e = int(ti[b, j])
+            gu = w["w13"][e] @ h[b]
+            a = F.silu(gu[:c.inter]) * gu[c.inter:]
+            moe[b] += tw[b, j] * (w["w2"][e] @ a)
+    return x + moe
+
+
+def self_check(m: Model) -> float:
+    """Relative error of layer 0 (decode, batch 4, kv_len 64) against float32."""
+    step = Step(m, "decode", 4, 64)
+    s = step.state
+    step.embed(s)
+    x0 = s["x"].clone()
+    kc0, vc0 = (t.clone() for t in step.caches[0])
+    for _, fn in step.stages():
+        fn(s, 0)
+    ref = reference_layer(m, x0, 0, kc0, vc0, 63)
+    err = float((s["x"].float() - ref).norm() / ref.norm())
+    del step
+    return err
+
+
+# ---------------------------------------------------------------------------------------
+# Device description (as compiler/perf/measure.py writes it).
+
+
+def nvidia_smi(fields: str) -> list[str]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [v.strip() for v in out.strip().split(",")]
+
+
+def describe_device(device: str) -> dict:
+    info = {"torch": torch.__version__, "measured_on": datetime.date.today().isoformat()}
+    if device != "cuda":
+        return {"gpu": "none (CPU smoke test)", **info}
+    p = torch.cuda.get_device_properties(0)
+    smi = dict(zip(("driver", "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w"),
+                   nvidia_smi("driver_version,clocks.max.sm,clocks.max.memory,power.limit"),
+                   strict=False))
+    return {"gpu": p.name, "capability": f"{p.major}.{p.minor}",
+            "sm_count": p.multi_processor_count, "total_memory_bytes": p.total_memory,
+            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), **smi, **info}
+
+
+def spin_up(seconds: float) -> float:
+    """bf16 8192^3 products so the clocks leave idle before the first point; TFLOP/s."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=BF16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=BF16)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize()
+        n += 10
+    return 2 * 8192**3 * n / (time.monotonic() - t0) / 1e12
+
+
+# ---------------------------------------------------------------------------------------
+# Driver.
+
+
+def parse_points(text: str | None, tiny: bool) -> list[tuple[str, int, int]]:
+    """[(phase, batch, length)]: decode:B:L and prefill:S items, or the full grid."""
+    if text:
+        out = []
+        for item in text.split(","):
+            f = item.split(":")
+            out.append(("decode", int(f[1]), int(f[2])) if f[0] == "decode"
+                       else ("prefill", 1, int(f[1])))
+        return out
+    if tiny:
+        return [("decode", 2, 64), ("decode", 8, 128), ("prefill", 1, 128)]
+    return [("decode", b, n) for b, n in DECODE_GRID] + [("prefill", 1, s) for s in PREFILL_GRID]
+
+
+def render(doc: dict, points: list[dict]) -> str:
+    head = {k: v for k, v in doc.items() if k != "points"}
+    body = json.dumps(head, indent=1)[:-2]
+    rows = ",\n".join(f"  {json.dumps(p)}" for p in points)
+    return f'{body},\n "points": [\n{rows}\n]}}\n'
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--points", help="e.g. decode:8:1024,prefill:4096 (default: full grid)")
+    ap.add_argument("--tiny", action="store_true", help="shrunken model on the CPU")
+    ap.add_argument("--no-stages", action="store_true", help="skip per-stage timings")
+    ap.add_argument("--budget-s", type=float, default=330.0,
+                    help="skip the remaining points after this many seconds")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", UserWarning)
+    t0 = time.monotonic()
+    device = "cpu" if args.tiny else "cuda"
+    cfg = TINY if args.tiny else QWEN3_30B_A3B
+    dev = describe_device(device)
+    log(json.dumps(dev))
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        log(f"spin-up: {spin_up(SPIN_UP_SECONDS):.0f} TFLOP/s bf16 8192^3")
+    m = Model(cfg, device)
+    timer = Timer(device)
+    timer.sync()
+    log(f"weights: {m.nbytes() / 1e9:.1f} GB in {time.monotonic() - t0:.0f} s")
+    err = self_check(m)
+    log(f"self-check layer 0 vs float32: rel err {err:.2e}")
+    doc = {
+        "schema": SCHEMA,
+        "device": dev,
+        "model": {**cfg.__dict__, "dtype": "bf16", "weights_bytes": m.nbytes()},
+        "method": ("whole step in one CUDA graph, replays timed with CUDA events; median, "
+                   "p10, p90 of >= 20 replays after warm-up; prefill also eager (us_eager); "
+                   "stages_us: each stage alone for all layers in its own graph; RoPE "
+                   "omitted; random weights, caches and token ids; random router"),
+        "self_check_rel_err": round(err, 5),
+        "points": [],
+    }
+    if err > 3e-2 or not math.isfinite(err):
+        log("self-check FAILED; timing anyway")
+    for phase, batch, length in parse_points(args.points, args.tiny):
+        if time.monotonic() - t0 > args.budget_s:
+            log(f"budget spent: skipped {phase} {batch} {length}")
+            continue
+        try:
+            p = measure_point(m, timer, phase, batch, length, stages=not args.no_stages)
+        except RuntimeError as e:  # out of memory, a capture refused: log, keep going
+            log(f"FAILED {phase} b={batch} len={length}: {str(e).splitlines()[0][:300]}")
+            timer.release()
+            continue
+        doc["points"].append(p)
+        log(f"{phase:7} b={batch:<4} len={length:<6} {p['us']:>10.1f} us "
+            f"(p10 {p['us_p10']:.1f}, p90 {p['us_p90']:.1f}; stages sum "
+            f"{p.get('stages_sum_us', 0):.1f}; {p['attn_impl']}; {p['seconds']} s)")
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(render(doc, doc["points"]))
+    if device == "cuda":
+        doc["device"]["sm_clock_after_run_mhz"] = next(iter(nvidia_smi("clocks.sm")), None)
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(render(doc, doc["points"]))
+    print(f"{'phase':8}{'batch':>6}{'len':>7}{'us':>11}{'p10':>11}{'p90':>11}{'stages':>11}")
+    for p in doc["points"]:
+        print(f"{p['phase']:8}{p['batch']:>6}{p.get('kv_len', p.get('tokens')):>7}"
+              f"{p['us']:>11.1f}{p['us_p10']:>11.1f}{p['us_p90']:>11.1f}"
+              f"{p.get('stages_sum_us', 0):>11.1f}")
+    print(f"wrote {args.output} in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
