@@ -49,10 +49,20 @@ How:
   pick its fastest kernel (the math backend only where no fused one runs). At decode the
   "packed" layout of measure.py (the 8 q heads of a KV head as 8 query rows, no enable_gqa) is
   timed for information, not used.
-* Routing is whatever the random router gives (near uniform); the busiest expert's load over
-  the mean is recorded for layer 0.
+* Routing (ROUTING below): by default whatever the random router picks; the busiest expert's
+  load over the mean is recorded for the last layer. ``--routing balanced`` keeps the router's
+  GEMM and top-k but sends token t to experts t*8 .. t*8+7 (mod 128), equal loads.
 * A self-check compares one layer on a small decode batch with a float32 reference
   (dense attention, per-expert loop) before anything is timed.
+
+ROUTING. With random weights and no RoPE, causal self-attention over one long sequence
+averages the value vectors of all earlier tokens, and over the layers that shared component
+grows until every token's residual stream points the same way (a CPU run at the real widths,
+16 experts: mean pairwise cosine 0.67 after 8 layers, 0.93 after 48). Then every prefill token
+picks the same 8 experts (busiest / mean = 128 / 8 = 16 on the H200), which a trained router
+with a load-balancing loss does not do: the default prefill points measure that collapsed
+routing (8 tall expert GEMMs, 8 experts' weights read). Decode sequences attend their own
+random caches and stay near uniform (busiest / mean 2-4 at batch 8-128).
 
 Run from the repository root on the GPU machine (about two minutes on an H200)::
 
@@ -166,9 +176,14 @@ class Step:
     """The stages of one decode step (`batch` sequences over `length` cached tokens) or one
     prefill (`length` new tokens, batch 1), with their caches and SDPA choice."""
 
-    def __init__(self, m: Model, phase: str, batch: int, length: int):
+    def __init__(self, m: Model, phase: str, batch: int, length: int, routing: str = "router"):
         self.m, self.c, self.phase, self.batch, self.length = m, m.c, phase, batch, length
         self.tokens = batch if phase == "decode" else batch * length
+        self.routing = routing
+        # "balanced": token t goes to experts (t*K .. t*K+K-1) mod E, all distinct; the
+        # router's GEMM and top-k still run, only their choice of experts is replaced.
+        self.balanced_ids = (torch.arange(self.tokens * m.c.top_k, device=m.device)
+                             % m.c.experts).view(self.tokens, m.c.top_k)
         self.backend: SDPBackend | None = None  # None: PyTorch's dispatcher picks
         self.packed = False  # decode: GQA heads as query rows, no enable_gqa
         c = self.c
@@ -251,6 +266,8 @@ class Step:
 
         def topk(s, i):
             w, ids = s["logits"].topk(K, dim=-1)
+            if self.routing == "balanced":
+                ids = self.balanced_ids
             s["tw"], s["ti"] = w.float().softmax(-1), ids
 
         def sort(s, i):
@@ -435,9 +452,9 @@ def choose_attention(step: Step, timer: Timer) -> tuple[dict[str, float], dict[s
 
 
 def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
-                  stages: bool = True) -> dict:
+                  stages: bool = True, routing: str = "router") -> dict:
     started = time.monotonic()
-    step = Step(m, phase, batch, length)
+    step = Step(m, phase, batch, length, routing)
     step.prime()
     attn_times, attn_errors = choose_attention(step, timer)
     # Whole step: graph replays.
@@ -449,6 +466,7 @@ def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
     point = {"phase": phase, "batch": batch}
     point.update({"kv_len": length} if phase == "decode" else {"tokens": length})
     point.update(stats(whole))
+    point["routing"] = routing
     point["timing"] = "cuda-graph replay" if timer.cuda else "eager wall clock (CPU)"
     point["attn_impl"] = (f"sdpa:{step.backend.name.lower()} enable_gqa" if step.backend
                           else "sdpa:default enable_gqa")
@@ -603,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", help="e.g. decode:8:1024,prefill:4096 (default: full grid)")
     ap.add_argument("--tiny", action="store_true", help="shrunken model on the CPU")
     ap.add_argument("--no-stages", action="store_true", help="skip per-stage timings")
+    ap.add_argument("--routing", choices=("router", "balanced"), default="router",
+                    help="experts from the random router (default; see ROUTING) or balanced")
     ap.add_argument("--budget-s", type=float, default=330.0,
                     help="skip the remaining points after this many seconds")
     args = ap.parse_args(argv)
@@ -639,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"budget spent: skipped {phase} {batch} {length}")
             continue
         try:
-            p = measure_point(m, timer, phase, batch, length, stages=not args.no_stages)
+            p = measure_point(m, timer, phase, batch, length, not args.no_stages, args.routing)
         except RuntimeError as e:  # out of memory, a capture refused: log, keep going
             log(f"FAILED {phase} b={batch} len={length}: {str(e).splitlines()[0][:300]}")
             timer.release()
