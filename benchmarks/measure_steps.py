@@ -64,7 +64,7 @@ with a load-balancing loss does not do: the default prefill points measure that 
 routing (8 tall expert GEMMs, 8 experts' weights read). Decode sequences attend their own
 random caches and stay near uniform (busiest / mean 2-4 at batch 8-128).
 
-Run from the repository root on the GPU machine (about two minutes on an H200)::
+Run from the repository root on the GPU machine (about 70 s on an H200, weights included)::
 
     PYTHONUNBUFFERED=1 python3 benchmarks/measure_steps.py -o $OUT/h200-steps.json
 
