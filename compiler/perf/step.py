@@ -7,7 +7,7 @@ new tokens per DP rank whose attention also spans the request's cached prefix.
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compiler import arch
 from compiler.catalog.system import System
@@ -18,6 +18,7 @@ from schemas.model import ModelSpec
 
 DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
 PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
+HOPPER_MASKED_MOE_BW_SHARE = 0.445  # REFERENCE-DATA.md D: masked grouped GEMM, 27-62% of HBM BW
 SKEW_SPREAD = 1.5  # assumed: busiest rank's expert load ~ mean + 1.5 sigma (Poisson routing)
 ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
 
@@ -152,8 +153,19 @@ def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: floa
     st.add("attn_proj", ops.gemm(w, tokens, h, heads * v))
 
 
+def _decode_expert_ops(ctx: PerfContext) -> OpModel:
+    """The op model for decode's expert GEMMs. On Hopper, serving engines run DeepGEMM's masked
+    grouped GEMM in decode, which REFERENCE-DATA.md D measures at 0.92-2.06 TB/s on H800
+    (27-62% of HBM bandwidth, midpoint 44.5%) against the ~69% our measured contiguous kernel
+    reaches; elsewhere the measured kernel's efficiency stands (assumed)."""
+    if ctx.system.gpu.family != "hopper":
+        return ctx.ops
+    measured = ctx.ops.curve("grouped_gemm", ctx.model.dtypes.experts).e_mem
+    return replace(ctx.ops, bw_scale=min(1.0, HOPPER_MASKED_MOE_BW_SHARE / measured))
+
+
 def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
-              shared_fraction: float) -> None:
+              shared_fraction: float, decode: bool = False) -> None:
     """Router, expert GEMMs on the busiest rank, expert-parallel all-to-all or TP all-reduce,
     and the shared expert in `shared_fraction` of MoE layers."""
     m, ops = ctx.model, ctx.ops
@@ -179,10 +191,11 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         if shape.tp > 1:
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     skew = _skew(local, per_expert, ctx.ep_moe_slowdown if shape.ep > 1 else 1.0)
-    st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter, skew=skew,
-                                           placement=place))
-    st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, inter, h, skew=skew,
-                                           placement=place))
+    experts = _decode_expert_ops(ctx) if decode else ops
+    st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter,
+                                               skew=skew, placement=place))
+    st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, inter, h,
+                                               skew=skew, placement=place))
     if moe.shared_experts and shared_fraction > 0:
         width = moe.shared_experts * moe.expert_intermediate // shape.tp
         w = m.dtypes.weights
@@ -222,7 +235,7 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
         st.merge(one.scaled(dense if m.moe else n))
     if moe_n:
         one = StepTime()
-        moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction)
+        moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction, not prefill)
         st.merge(one.scaled(moe_n))
     if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
