@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Predicted: {SYSTEM} {MODEL} {SHAPE}, kv {ctx.kv_dtype}, ops: {ctx.ops.source}")
     print(f"Overheads in the prediction: decode {DECODE_OVERHEAD_US:g} us, prefill "
           f"{PREFILL_OVERHEAD_US:g} us per step\n")
-    rows = row_errors(ctx, doc["points"])
+    points = sorted(doc["points"], key=lambda p: (p["phase"] != "decode", p["batch"], length(p)))
+    rows = row_errors(ctx, points)
     print_table(rows)
     print_summary(rows)
     for phase, spec in (("decode", args.decode), ("prefill", args.prefill)):
