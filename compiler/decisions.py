@@ -16,6 +16,25 @@ def _user_or_default(inputs: Inputs, value: object, why_default: str, *path: str
                     why="written in the deployment" if given else why_default)
 
 
+def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
+    searched = sorted({f"{c.role}:{c.shape.name}" for c in sol.problem.candidates})
+    value = ", ".join(searched)
+    if sol.problem.mode == "pinned":
+        return Decision(path="objective.shapes", value=value, source="user",
+                        why="the pinned instances")
+    if sol.problem.recipe:
+        recipe = inputs.system.engine_shapes
+        return Decision(path="objective.shapes", value=value, source="rule:engine-shapes",
+                        why=f"the engine shapes {inputs.system.name} serves with "
+                            f"({recipe.prefill.source}; {recipe.decode.source})")
+    if _given(inputs, "spec", "objective", "shapes"):
+        return Decision(path="objective.shapes", value=value, source="user",
+                        why="written in the deployment")
+    return Decision(path="objective.shapes", value=value, source="default",
+                    why="every shape of the model's family that fits (the system's usual "
+                        "engine shapes, if any, could not serve this deployment)")
+
+
 def decisions(inputs: Inputs, sol: Solution, instances: list[Instance]) -> list[Decision]:
     s = inputs.deployment.spec.serving
     out = [
@@ -32,6 +51,7 @@ def decisions(inputs: Inputs, sol: Solution, instances: list[Instance]) -> list[
                          "KV-aware routing: least uncached work (SYSTEM.md)",
                          "spec", "serving", "routing"),
     ]
+    out.append(_shapes_decision(inputs, sol))
     for inst in instances:
         c = next(x for x in sol.problem.candidates
                  if x.shape.name == inst.shape and x.role == inst.role)

@@ -1,6 +1,6 @@
 """`Deployment`: what to serve on which hardware, for which workload, under which SLOs."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -38,8 +38,19 @@ class PinnedInstances(StrictModel):
     count: PositiveInt
 
 
+ShapeName = Annotated[str, Field(pattern=r"^(DEP[0-9]+|TP[0-9]+|TP[0-9]+EP[0-9]+)$")]
+
+
+class ShapeSearch(StrictModel):
+    """Engine shapes the solver may use per role (default: the system's, from the catalog)."""
+
+    prefill: list[ShapeName] | None = None
+    decode: list[ShapeName] | None = None
+
+
 class Objective(StrictModel):
     mode: Literal["throughput", "latency", "pinned"] = "throughput"
+    shapes: ShapeSearch = Field(default_factory=ShapeSearch)
     instances: list[PinnedInstances] = Field(
         default_factory=list,
         description="mode pinned: the instance counts and shapes; the solver places them",

@@ -19,6 +19,20 @@ class SourcedText(_Strict):
     source: str = Field(min_length=3)
 
 
+class SourcedShapes(_Strict):
+    value: list[str]
+    source: str = Field(min_length=3)
+
+
+class EngineShapes(_Strict):
+    """The engine shapes the serving system runs on this hardware, per role; the solver
+    searches these (a deployment may name others in objective.shapes)."""
+
+    prefill: SourcedShapes
+    decode: SourcedShapes
+    latency: SourcedShapes
+
+
 class Tflops(_Strict):
     fp4: Sourced
     fp8: Sourced
@@ -80,6 +94,7 @@ class System(_Strict):
     rack: RackShape
     latency: Latency
     reserve: Reserve
+    engine_shapes: EngineShapes | None = None
 
     @property
     def gpus_per_tray(self) -> int:

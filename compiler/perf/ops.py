@@ -49,6 +49,7 @@ class Work:
     size: float = 1.0
     depth: float = 1.0
     streams: float = math.inf
+    free_bytes: float = 0.0  # of nbytes: activation rows, read at e_mem whatever `streams` is
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,9 @@ class Curve:
 
     def time_us(self, work: Work, flops_per_us: float, hbm_bytes_per_us: float) -> float:
         compute = work.flops / (flops_per_us * self.compute_eff(work.size, work.depth))
-        memory = work.nbytes / (hbm_bytes_per_us * self.memory_eff(work.streams))
+        limited = work.nbytes - work.free_bytes
+        memory = (limited / (hbm_bytes_per_us * self.memory_eff(work.streams))
+                  + work.free_bytes / (hbm_bytes_per_us * self.e_mem))
         return self.overhead_us + np.maximum(compute, memory)
 
 
@@ -106,8 +109,9 @@ def _act_bytes(dtype: str) -> float:
 
 def gemm_work(dtype: str, m: float, n: int, k: int) -> Work:
     """y[M,N] = x[M,K] @ W[N,K]^T with a bf16 output."""
-    nbytes = n * k * BYTES[dtype] + m * k * _act_bytes(dtype) + m * n * 2
-    return Work(2.0 * m * n * k, nbytes, size=m, depth=k, streams=math.ceil(n / TILE))
+    rows = m * k * _act_bytes(dtype) + m * n * 2
+    return Work(2.0 * m * n * k, n * k * BYTES[dtype] + rows, size=m, depth=k,
+                streams=math.ceil(n / TILE), free_bytes=rows)
 
 
 def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
@@ -116,9 +120,10 @@ def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int
     are read. `skew` >= 1 scales every expert's tokens to the busiest one's (critical path)."""
     t = tokens_per_expert * skew
     active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
-    nbytes = active * n * k * BYTES[dtype] + experts * t * (k * _act_bytes(dtype) + n * 2)
-    return Work(2.0 * experts * t * n * k, nbytes, size=max(t, 1.0), depth=k,
-                streams=active * math.ceil(n / TILE))
+    rows = experts * t * (k * _act_bytes(dtype) + n * 2)
+    return Work(2.0 * experts * t * n * k, active * n * k * BYTES[dtype] + rows,
+                size=max(t, 1.0), depth=k, streams=active * math.ceil(n / TILE),
+                free_bytes=rows)
 
 
 def attn_decode_work(dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,

@@ -15,7 +15,6 @@ from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
 from compiler.shapes import Shape
 
 Z90 = 1.2816  # standard normal 90th percentile
-ACCEPTANCE_CV = 0.10  # assumed: spread of speculative acceptance between requests
 MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
 
 
@@ -198,15 +197,32 @@ def _row(g: Group, batch: float, st: StepTime, key: str) -> dict:
             "batch": round(batch, 2), key: round(st.us, 1)}
 
 
+def acceptance_cv(draft_tokens: int, acceptance: float, steps: float) -> float:
+    """Spread of a request's mean tokens per step over `steps` verification steps, when each
+    draft token is accepted with the same probability a (solved from the mean acceptance,
+    E = (1 - a^(k+1)) / (1 - a)) until the first rejection."""
+    if draft_tokens <= 0 or acceptance <= 1.0:
+        return 0.0
+    k = draft_tokens
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # E grows with a
+        a = (lo + hi) / 2
+        lo, hi = (a, hi) if sum(a ** i for i in range(k + 1)) < acceptance else (lo, a)
+    probs = [a ** j * (1 - a) for j in range(k)] + [a ** k]  # X = 1 + accepted drafts
+    mean = sum((j + 1) * p for j, p in enumerate(probs))
+    var = sum((j + 1 - mean) ** 2 * p for j, p in enumerate(probs))
+    return math.sqrt(var) / mean / math.sqrt(max(steps, 1.0))
+
+
 def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
                    ) -> tuple[float, float]:
     """(P50, P90) tokens/s per user. Users of one batch share its step time; they differ by
-    their speculative acceptance and by how much the batch's context mix stretches a step
-    (only the attention part of a step grows with context; a batch averages it out)."""
+    the luck of their speculative acceptance over their output, and by how much the batch's
+    context mix stretches a step (only attention grows with context; a batch averages it)."""
     per_user = 1e6 * ctx.acceptance / step.us
     attention = (step.breakdown.get("attention", 0.0) + step.breakdown.get("indexer", 0.0)) \
         / step.us
-    cv = math.hypot(ACCEPTANCE_CV if ctx.draft_tokens else 0.0,
+    cv = math.hypot(acceptance_cv(ctx.draft_tokens, ctx.acceptance, w.osl / ctx.acceptance),
                     w.isl_cv * attention / math.sqrt(max(batch, 1.0)))
     return per_user, per_user / (1 + Z90 * cv)
 

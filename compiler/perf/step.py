@@ -19,6 +19,7 @@ from schemas.model import ModelSpec
 DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
 PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
 HOPPER_MASKED_MOE_BW_SHARE = 0.445  # REFERENCE-DATA.md D: masked grouped GEMM, 27-62% of HBM BW
+GLUE_KERNELS = 6  # assumed: norms+residual x2, activation, top-k+softmax, expert sort, KV write
 SKEW_SPREAD = 1.5  # assumed: busiest rank's expert load ~ mean + 1.5 sigma (Poisson routing)
 ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
 
@@ -237,8 +238,22 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
         one = StepTime()
         moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction, not prefill)
         st.merge(one.scaled(moe_n))
+    st.add("glue", _glue_us(ctx, tokens) * n)
     if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
+
+
+def _glue_us(ctx: PerfContext, tokens: int) -> float:
+    """The elementwise work around a layer's GEMMs that the ops above leave out: RMSNorms and
+    residual adds (fused: ~10 hidden-wide bf16 reads and writes per token), and for MoE the
+    SiLU x mul on each routed copy's intermediate plus the permute / un-permute of the routed
+    copies; run as a few fused kernels, each with a copy kernel's launch floor. Whole-step
+    measurements on our H200 show this glue is real (benchmarks/README.md, step accuracy)."""
+    m = ctx.model
+    nbytes = tokens * m.hidden_size * 2 * 10
+    if m.moe:
+        nbytes += tokens * m.moe.top_k * (3 * m.moe.expert_intermediate + 4 * m.hidden_size) * 2
+    return ctx.ops.copy(nbytes) + (GLUE_KERNELS - 1) * ctx.ops.copy(0)
 
 
 def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:

@@ -7,7 +7,7 @@ import networkx as nx
 from compiler.load import Inputs
 from compiler.precheck import Precheck
 from compiler.solve.build import build_problem
-from compiler.solve.candidates import Candidate
+from compiler.solve.candidates import Candidate, uses_recipe
 from compiler.solve.counts import Counts, solve_counts
 from compiler.solve.explain import infeasible
 from compiler.solve.memory_map import domain_memory
@@ -31,6 +31,11 @@ class Solution:
 def solve(inputs: Inputs, g: nx.Graph, pre: Precheck) -> Solution:
     p = build_problem(inputs, g, pre)
     counts = solve_counts(p)
+    if isinstance(counts, list) and p.mode != "pinned" and uses_recipe(inputs):
+        # the system's usual engine shapes cannot serve here (a small rack, a tight SLO):
+        # search every shape of the family instead
+        p = build_problem(inputs, g, pre, recipe_ok=False)
+        counts = solve_counts(p)
     if isinstance(counts, list):
         raise infeasible(p, counts, "instance counts")
     chosen = [(p.candidates[i], n) for i, n in sorted(counts.by_candidate.items())]

@@ -74,7 +74,8 @@ def _pins(inputs: Inputs, reqs: dict[str, Requirement], pre: Precheck) -> list[P
     return out
 
 
-def build_problem(inputs: Inputs, g, pre: Precheck) -> Problem:
+def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> Problem:
+    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape)."""
     reqs, down = requirements(inputs)
     mode = inputs.deployment.spec.objective.mode
     w = workload(inputs)
@@ -90,10 +91,11 @@ def build_problem(inputs: Inputs, g, pre: Precheck) -> Problem:
         candidates = [found[k] for k in sorted(found)]
     else:
         pins = []
-        candidates = cand.candidates(inputs, pre, w, hit, mode, guess)
+        candidates = cand.candidates(inputs, pre, w, hit, mode, guess, recipe_ok)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
-    return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs)
+    return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs,
+                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs))
 
 
 def _pinned_candidate(inputs: Inputs, role: str, shape: Shape, w, hit: float,

@@ -145,7 +145,8 @@ def add_domain_memory(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceV
 
 
 def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
-    """Fewest trays shared by prefill and decode, then fewest runs of trays per whole-tray kind.
+    """Fewest trays shared by prefill and decode, then fewest runs of trays per whole-tray kind,
+    then fewest trays in use (sub-tray instances packed together).
     Role flags bound the options from above, and a redundant cut (a role needs at least
     ceil(GPUs / tray) trays) gives the relaxation the mixed-tray lower bound at once."""
     per = _per_tray(p)
@@ -177,7 +178,8 @@ def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars)
                 start = m.new_bool_var(f"run[{i},{b}]")
                 m.add(start >= on[b] - (on[a] if a is not None else 0))
                 runs.append(start)
-    m.minimize(MIXED_TRAY_COST * sum(mixed) + RUN_COST * sum(runs))
+    used = sum(f for flags in flags_of.values() for f in flags)  # pack sub-tray instances
+    m.minimize(MIXED_TRAY_COST * sum(mixed) + RUN_COST * sum(runs) + used)
 
 
 def gpu_index(p: Problem) -> dict[str, int]:

@@ -55,6 +55,7 @@ class Problem:
     mode: str
     unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
     requirements: dict[str, Requirement] = field(default_factory=dict)
+    recipe: bool = False  # the candidates are the catalog's engine shapes for the system
 
     def gpus_of(self, tray: str) -> list[str]:
         return graph.gpus_of_tray(self.graph, tray)

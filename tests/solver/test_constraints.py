@@ -22,7 +22,7 @@ pytestmark = pytest.mark.solver
 def _problem(path: Path):
     inputs = load_inputs(path)
     g = build_graph(inputs)
-    return build_problem(inputs, g, precheck(inputs, g))
+    return build_problem(inputs, g, precheck(inputs, g), recipe_ok=False)
 
 
 def _need(gib: float = 10.0, cap: float = 185.0) -> DomainMemory:
@@ -155,3 +155,23 @@ def test_pins_that_overcommit_the_rack_are_named(tmp_path: Path):
         solve(inputs, g, precheck(inputs, g))
     assert {d.path for d in info.value.diagnostics} == {"spec.objective.instances[1]"}
     assert info.value.diagnostics[0].line == 16
+
+
+def test_engine_shapes_of_the_system_are_searched_first(tmp_path: Path):
+    path = write_case(tmp_path, system="vera-rubin-nvl72", model="deepseek-v4.1-flash",
+                      workload={"profile": "agentx"})
+    p = _problem(path)
+    narrow = build_problem(p.inputs, p.graph, precheck(p.inputs, p.graph))
+    assert {(c.role, c.shape.name) for c in narrow.candidates} == {
+        ("prefill", "DEP2"), ("decode", "DEP16"), ("decode", "DEP32")}
+    assert len(p.candidates) > len(narrow.candidates)
+
+
+def test_small_rack_falls_back_to_every_shape(tmp_path: Path):
+    path = write_case(tmp_path, system="gb200-nvl72", model="qwen3-30b-a3b",
+                      hardware={"trays": 2})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    sol = solve(inputs, g, precheck(inputs, g))
+    assert {w.role for w in sol.wanted} == {"prefill", "decode"}
+    assert all(w.shape.name not in ("DEP16", "DEP32") for w in sol.wanted)

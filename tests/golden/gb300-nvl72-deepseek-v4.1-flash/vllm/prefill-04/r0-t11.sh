@@ -1,18 +1,18 @@
 #!/bin/sh
-# rackc: prefill-00 (DEP4, prefill), node 1 of 1 (leader): ranks 0-3 on tray r0-t08, node gb300-a-t08
+# rackc: prefill-04 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t11, node gb300-a-t11
 # HF_TOKEN: from the environment (secret hf-token)
-export CUDA_VISIBLE_DEVICES=0,1,2,3
-export MOONCAKE_CONFIG_PATH=/etc/mooncake/gb300-a-t08.json
+export CUDA_VISIBLE_DEVICES=0,1
+export MOONCAKE_CONFIG_PATH=/etc/mooncake/gb300-a-t11.json
 export NCCL_CUMEM_ENABLE=1
 export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=cuda_copy,cuda_ipc,tcp
-export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t08
+export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t11
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 4 \
+  --data-parallel-size 2 \
   --enable-expert-parallel \
   --all2all-backend deepep_high_throughput \
   --max-num-seqs 64 \

@@ -1,14 +1,14 @@
 #!/bin/sh
-# rackc: prefill-04 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t12, node vr-a-r0-t12
+# rackc: prefill-00 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t09, node vr-a-r0-t09
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=2,3
-export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t12.json
+export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t09.json
 export NCCL_CUMEM_ENABLE=1
 export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=cuda_copy,cuda_ipc,tcp
-export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t12
+export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t09
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
