@@ -140,10 +140,12 @@ def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None
 
 
 def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None) -> list[dict]:
-    """Throughput-interactivity curve: sweep the decode batch (concurrency follows)."""
+    """Throughput-interactivity curve: sweep the decode batch (concurrency follows) in powers
+    of two up to what the KV cache holds, past the SLO's batch, so the trade-off shows."""
     w = w or workload(inputs)
     ranks = sum(x.count * x.shape.dp for x in plan if x.role != "prefill")
-    cap = max(g.max_batch for g in groups(inputs, plan, w) if g.role != "prefill")
+    unlimited = [replace(x, max_batch=None) if x.role != "prefill" else x for x in plan]
+    cap = max(g.max_batch for g in groups(inputs, unlimited, w) if g.role != "prefill")
     points = []
     batch = 1
     while batch <= cap:
