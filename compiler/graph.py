@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
+from compiler import load
 from compiler.catalog.system import System
 from compiler.load import Inputs, layout
 
@@ -38,7 +39,6 @@ def build_graph(inputs: Inputs) -> nx.Graph:
     down_gpus = set(spec.unavailable.gpus)
     nic_gbps = spec.nic_gbps_per_gpu or system.tray.nic_gbps_per_gpu.value
     dram = spec.dram_gib_per_tray or system.tray.dram_gib.value
-    names = list(spec.node_names or [])
     g = nx.Graph(system=system.name, racks=racks, trays_per_rack=trays, form=system.form)
     g.add_node(RDMA, kind="fabric", link="rdma")
     for r in range(racks):
@@ -49,8 +49,7 @@ def build_graph(inputs: Inputs) -> nx.Graph:
         for t in range(trays):
             index = r * trays + t
             tid = tray_id(r, t)
-            node_name = names[index] if names else spec.node_name_template.format(
-                name=inputs.hardware.metadata.name, rack=r, tray=t)
+            node_name = load.node_name(inputs.hardware, r, t, index)
             g.add_node(tid, kind="tray", rack=r, tray=t, index=index, node_name=node_name,
                        available=index not in down_trays, dram_gib=dram)
             g.add_edge(rid, tid, link="contains")

@@ -5,6 +5,7 @@ Every problem found in any file is collected and raised together as one CompileE
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from compiler import catalog
 from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
+from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.source import Document, PathKey, SourceMap, format_path, load_yaml_file
 from schemas.validate import validate
@@ -161,11 +163,40 @@ def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap) -> li
             out.append(_diag(src, ("spec", "unavailable", "gpus", i), "E205",
                              f"an id r<0..{racks - 1}>-t<00..{trays - 1:02d}>-g<0..{gpus - 1}>",
                              repr(gid), "GPU ids are r{rack}-t{tray:02d}-g{gpu}, from 0"))
+    out.extend(_check_template(hw, racks, trays, src))
     if spec.node_names is not None and len(spec.node_names) != racks * trays:
         out.append(_diag(src, ("spec", "node_names"), "E208",
                          f"{racks * trays} node names (one per tray)",
                          f"{len(spec.node_names)}", "list one Kubernetes node per tray"))
     return out
+
+
+def node_name(hw: RackV1 | ClusterV1, rack: int, tray: int, index: int) -> str:
+    """The Kubernetes node of a tray: from node_names, else from node_name_template."""
+    spec = hw.spec
+    if spec.node_names:
+        return spec.node_names[index]
+    return spec.node_name_template.format(name=hw.metadata.name, rack=rack, tray=tray)
+
+
+def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
+                    src: SourceMap) -> list[Diagnostic]:
+    if hw.spec.node_names is not None:
+        return []
+    path = ("spec", "node_name_template")
+    template = hw.spec.node_name_template
+    try:
+        names = [node_name(hw, r, t, r * trays + t) for r in range(racks) for t in range(trays)]
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        return [_diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
+                      repr(template), f"it fails to format: {exc!r}; e.g. "
+                      "\"{name}-r{rack}-t{tray:02d}\"")]
+    bad = [n for n in names if not re.match(DNS1123_SUBDOMAIN, n) or len(n) > 253]
+    if bad:
+        return [_diag(src, path, "E105", "node names that are DNS-1123 subdomains",
+                      repr(bad[0]), "Kubernetes node names are lower case letters, digits, "
+                      "'-' and '.'")]
+    return []
 
 
 def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:

@@ -4,7 +4,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import Metadata, Name, NonNegativeInt, PositiveFloat, PositiveInt, StrictModel
+from schemas.base import (
+    LabelKey,
+    LabelValue,
+    Metadata,
+    Name,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    StrictModel,
+)
 
 GpuId = Annotated[str, Field(pattern=r"^r[0-9]+-t[0-9]{2}-g[0-9]+$")]
 
@@ -28,7 +37,7 @@ class HardwareSpec(StrictModel):
         "{name}-r{rack}-t{tray:02d}",
         description="Used when node_names is absent; fields: name, rack, tray",
     )
-    node_labels: dict[str, str] = Field(
+    node_labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, description="Extra labels every node of this hardware carries"
     )
     unavailable: Unavailable = Unavailable()
