@@ -216,6 +216,22 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "max_model_len"), "E104",
                          f"at most the model's context ({mspec.max_context_tokens})",
                          str(serving.max_model_len), "lower max_model_len"))
+    length = serving.max_model_len or mspec.max_context_tokens
+    w = dep.spec.workload
+    if w.isl is not None or w.osl is not None:
+        profile = catalog.workload(w.profile)
+        isl = w.isl if w.isl is not None else profile.isl.value
+        osl = w.osl if w.osl is not None else profile.osl.value
+        if isl + osl > length:
+            field = "isl" if w.isl is not None else "osl"
+            out.append(_diag(src, ("spec", "workload", field), "E104",
+                             f"isl + osl within the context ({length} tokens)",
+                             f"{isl:g} + {osl:g}", "raise serving.max_model_len (up to the "
+                             f"model's {mspec.max_context_tokens}) or shorten the requests"))
+    elif catalog.workload(w.profile).isl.value + catalog.workload(w.profile).osl.value > length:
+        out.append(_diag(src, ("spec", "serving", "max_model_len"), "E104",
+                         f"room for the {w.profile} profile's requests", f"{length} tokens",
+                         "raise serving.max_model_len or set workload.isl/osl"))
     spec_cfg = serving.speculative
     if spec_cfg and spec_cfg.acceptance > spec_cfg.draft_tokens + 1:
         out.append(_diag(src, ("spec", "serving", "speculative", "acceptance"), "E104",

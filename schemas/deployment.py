@@ -14,6 +14,8 @@ from schemas.base import (
 )
 
 Role = Literal["prefill", "decode", "aggregated"]
+IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+         r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
 
 class Workload(StrictModel):
@@ -93,7 +95,7 @@ class Serving(StrictModel):
     routing: Routing = Routing()
     block_size: PositiveInt = 64
     max_model_len: PositiveInt | None = Field(None, description="Default: the model's context")
-    image: str = "vllm/vllm-openai:v0.33.0"
+    image: str = Field("vllm/vllm-openai:v0.33.0", pattern=IMAGE)
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"
     hf_token_secret: Name = "hf-token"
