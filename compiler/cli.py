@@ -88,16 +88,17 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 
 
 def _with_progress(label: str, work: Callable[[], object]) -> object:
-    """Run `work`; if it takes more than a second, show a progress line on stderr meanwhile."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    """Run `work`; if it takes more than a second, show a progress line on stderr meanwhile
+    (rich is imported only then: most compiles finish sooner)."""
     done = threading.Event()
-    status = console.status(f"rackc: {label}...")
+    shown: list = []
 
     def show() -> None:
         if not done.wait(1.0):
-            status.start()
+            from rich.console import Console
+
+            shown.append(Console(stderr=True).status(f"rackc: {label}..."))
+            shown[0].start()
 
     watcher = threading.Thread(target=show, daemon=True)
     watcher.start()
@@ -106,7 +107,8 @@ def _with_progress(label: str, work: Callable[[], object]) -> object:
     finally:
         done.set()
         watcher.join()
-        status.stop()
+        for status in shown:
+            status.stop()
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
