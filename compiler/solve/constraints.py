@@ -136,5 +136,7 @@ def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
             m.add(v.goodput <= supply)
 
 
-def gpus_used(v: CountVars, p: Problem) -> cp_model.LinearExpr:
-    return sum(v.n[i] * c.shape.gpus for i, c in enumerate(p.candidates) if i in v.n)
+def supply(v: CountVars, p: Problem) -> cp_model.LinearExpr:
+    """Prefill plus decode supply (milli-requests/s): the tie-break after goodput."""
+    return sum(v.n[i] * max(1, round(c.requests_per_s * SCALE))
+               for i, c in enumerate(p.candidates) if i in v.n)

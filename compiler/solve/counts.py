@@ -41,7 +41,7 @@ def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, ru
     rules.add_serve_something(m, v, p)
     rules.add_goodput(m, v, p)
     if with_objective:
-        m.maximize(v.goodput * (total_gpus + 1) - rules.gpus_used(v, p))
+        m.maximize(v.goodput)
     return m, v
 
 
@@ -52,13 +52,17 @@ def solve_counts(p: Problem) -> Counts | list[str]:
         m.add(lit == 1)
     s = solver()
     status = s.solve(m)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        total_gpus = sum(len(d.trays) * d.gpus_per_tray for d in p.domains)
-        return Counts({i: int(s.value(x)) for i, x in v.n.items() if s.value(x)},
-                      s.status_name(status), s.value(v.goodput) / 1000,
-                      (s.best_objective_bound + total_gpus) / (total_gpus + 1) / 1000,
-                      round(s.deterministic_time, 3))
-    return conflicting_requirements(p)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return conflicting_requirements(p)
+    goodput, bound, seconds = s.value(v.goodput), s.best_objective_bound, s.deterministic_time
+    # tie-break: among layouts with that goodput, the most spare supply (lower utilisation,
+    # so shorter queues), rather than idle GPUs
+    m.add(v.goodput >= goodput)
+    m.maximize(rules.supply(v, p))
+    second = s.solve(m)
+    both = "OPTIMAL" if status == second == cp_model.OPTIMAL else "FEASIBLE"
+    return Counts({i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}, both,
+                  goodput / 1000, bound / 1000, round(seconds + s.deterministic_time, 3))
 
 
 def _infeasible_with(p: Problem, active: list[str]) -> tuple[bool, list[str]]:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-00 (DEP32, decode), node 1 of 8 (leader): ranks 0-3 on tray r0-t01, node gb300-a-t01
+# rackc: decode-00 (DEP32, decode), node 2 of 8 (headless): ranks 4-7 on tray r0-t01, node gb300-a-t01
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=0,1,2,3
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/gb300-a-t01.json
@@ -27,6 +27,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
   --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
+  --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-address gb300-a-t01 \
+  --data-parallel-start-rank 4 \
+  --data-parallel-address gb300-a-t00 \
   --data-parallel-rpc-port 13445

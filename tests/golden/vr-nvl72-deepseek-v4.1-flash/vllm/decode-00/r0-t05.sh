@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-00 (DEP32, decode), node 5 of 8 (headless): ranks 16-19 on tray r0-t05, node vr-a-r0-t05
+# rackc: decode-00 (DEP32, decode), node 6 of 8 (headless): ranks 20-23 on tray r0-t05, node vr-a-r0-t05
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=0,1,2,3
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t05.json
@@ -29,6 +29,6 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-start-rank 16 \
-  --data-parallel-address vr-a-r0-t01 \
+  --data-parallel-start-rank 20 \
+  --data-parallel-address vr-a-r0-t00 \
   --data-parallel-rpc-port 13445
