@@ -162,7 +162,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:
-        artifacts.update(emitter.emit(artifacts["plan.yaml"], only))
+        artifacts.update(emitter.emit(plan, only))
     else:
         for name, emit in targets().items():
             if only is None or name in only:

@@ -3,14 +3,14 @@
 Most of a compile's wall time is importing third-party libraries: OR-Tools (with pandas) for
 the solver, the Kubernetes client and matplotlib for the targets. On a machine with two or more
 cores the child, forked before the parent imports the solver, loads the targets and plotting
-in parallel; once the plan exists it is sent over as plan.yaml text, the child emits every
-target from it and sends the files back. The output is the same as emitting in-process.
+in parallel; once the plan exists it is sent over (pickled), the child emits every target from
+it and sends the files back. The output is the same as emitting in-process.
 """
 
 import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from compiler.plan import load_plan
+from compiler.plan import Plan
 from compiler.targets_registry import Emit, targets
 
 _TARGETS: dict[str, Emit] = {}
@@ -25,8 +25,7 @@ def _ready() -> bool:
     return bool(_TARGETS)
 
 
-def _emit(plan_yaml: str, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
-    plan = load_plan(plan_yaml)
+def _emit(plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
     out: dict[str, str | bytes] = {}
     for name, emit in _TARGETS.items():
         if only is None or name in only:
@@ -40,8 +39,8 @@ class EmitWorker:
         self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_preload)
         self._warm: Future = self._pool.submit(_ready)  # starts the child now
 
-    def emit(self, plan_yaml: str, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
-        return self._pool.submit(_emit, plan_yaml, only).result()
+    def emit(self, plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
+        return self._pool.submit(_emit, plan, only).result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
