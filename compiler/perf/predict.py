@@ -42,8 +42,11 @@ class Layout:
 
 def workload(inputs: Inputs) -> Workload:
     p, o = inputs.profile, inputs.deployment.spec.workload
-    pick = lambda name: getattr(o, name) if getattr(o, name) is not None \
-        else getattr(p, name).value  # noqa: E731
+
+    def pick(name: str) -> float:
+        given = getattr(o, name)
+        return given if given is not None else getattr(p, name).value
+
     return Workload(isl=pick("isl"), osl=pick("osl"), isl_cv=p.isl_cv.value,
                     osl_cv=p.osl_cv.value, concurrency=pick("concurrency"),
                     prefix_reuse=pick("prefix_reuse"),

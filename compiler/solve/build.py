@@ -62,10 +62,10 @@ def _pins(inputs: Inputs, reqs: dict[str, Requirement], pre: Precheck) -> list[P
             problem = "its weights, KV and Engram share do not fit in HBM"
         if problem:
             pos = src.locate(("spec", "objective", "instances", j, "shape"))
+            examples = ", ".join(sorted(fits, key=lambda n: (len(n), n))[:4]) or "none fits"
             errors.append(Diagnostic("error", "E302", src.file, pos.line, pos.column,
                                      f"spec.objective.instances[{j}].shape",
-                                     f"a {entry.role} shape that fits (e.g. " + ", ".join(
-                                         sorted(fits, key=len)[:4]) + ")",
+                                     f"a {entry.role} shape that fits ({examples})",
                                      repr(entry.shape), problem))
             continue
         out.append(Pin(entry.role, shape, entry.count, reqs[f"pin:{j:02d}"]))
