@@ -12,7 +12,7 @@ import networkx as nx
 from compiler import arch, graph
 from compiler.load import Inputs
 from compiler.memory import gpu_memory
-from compiler.shapes import Shape, candidate_shapes
+from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
 
 ROLES = ("prefill", "decode")
@@ -70,7 +70,32 @@ def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
                              share, engram_hbm, uses_draft(inputs))
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib,
                                  mem.total_gib <= capacity))
-    return Precheck(tuple(fits), tuple(_diagnose(inputs, fits, available, capacity)))
+    diagnostics = _diagnose(inputs, fits, available, capacity) + _check_pins(inputs, fits)
+    return Precheck(tuple(fits), tuple(diagnostics))
+
+
+def _check_pins(inputs: Inputs, fits: list[ShapeFit]) -> list[Diagnostic]:
+    """Each pinned shape exists for the model and fits in HBM (role aggregated: as decode)."""
+    src = inputs.sources["deployment"]
+    out = []
+    for j, entry in enumerate(inputs.deployment.spec.objective.instances):
+        shape = parse_shape(entry.shape)
+        role = "decode" if entry.role == "aggregated" else entry.role
+        ok = {f.shape.name for f in fits if f.role == role and f.fits}
+        if shape is None:
+            problem = "TPnEPm needs m = n (experts spread over the tensor-parallel ranks)"
+        else:
+            problem = shape_problem(shape, inputs.model.spec, inputs.system, 10**6)
+            if problem is None and shape.name not in ok:
+                problem = "its weights, KV and Engram share do not fit in HBM"
+        if problem:
+            pos = src.locate(("spec", "objective", "instances", j, "shape"))
+            examples = ", ".join(sorted(ok, key=lambda n: (len(n), n))[:4]) or "none fits"
+            out.append(Diagnostic("error", "E302", src.file, pos.line, pos.column,
+                                  f"spec.objective.instances[{j}].shape",
+                                  f"a {entry.role} shape that fits ({examples})",
+                                  repr(entry.shape), problem))
+    return out
 
 
 def _diagnose(inputs: Inputs, fits: list[ShapeFit], available: int,

@@ -5,10 +5,9 @@ from compiler.load import Inputs, layout
 from compiler.perf.predict import pool_tokens, workload
 from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import Precheck
-from compiler.shapes import Shape, parse_shape, shape_problem
+from compiler.shapes import Shape, parse_shape
 from compiler.solve import candidates as cand
 from compiler.solve.problem import Pin, Problem, Requirement, domains
-from schemas.diagnostics import CompileError, Diagnostic
 
 LATENCY_MAX_TRAYS = 2  # SYSTEM.md: the lowest-latency decode is TP8 spread over two trays
 
@@ -49,29 +48,10 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
     return reqs, down
 
 
-def _pins(inputs: Inputs, reqs: dict[str, Requirement], pre: Precheck) -> list[Pin]:
-    out, errors = [], []
-    src = inputs.sources["deployment"]
-    for j, entry in enumerate(inputs.deployment.spec.objective.instances):
-        shape = parse_shape(entry.shape)
-        role = "decode" if entry.role == "aggregated" else entry.role
-        fits = {f.shape.name for f in pre.fits if f.role == role and f.fits}
-        problem = shape_problem(shape, inputs.model.spec, inputs.system, 10**6) if shape else \
-            "not a shape"
-        if shape is not None and problem is None and shape.name not in fits:
-            problem = "its weights, KV and Engram share do not fit in HBM"
-        if problem:
-            pos = src.locate(("spec", "objective", "instances", j, "shape"))
-            examples = ", ".join(sorted(fits, key=lambda n: (len(n), n))[:4]) or "none fits"
-            errors.append(Diagnostic("error", "E302", src.file, pos.line, pos.column,
-                                     f"spec.objective.instances[{j}].shape",
-                                     f"a {entry.role} shape that fits ({examples})",
-                                     repr(entry.shape), problem))
-            continue
-        out.append(Pin(entry.role, shape, entry.count, reqs[f"pin:{j:02d}"]))
-    if errors:
-        raise CompileError(errors)
-    return out
+def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
+    """The pinned entries (their shapes were checked by precheck)."""
+    return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"])
+            for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
 
 
 def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> Problem:
@@ -82,7 +62,7 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> P
     hit = prefix_hit_rate(w, pool_tokens(inputs, []))
     guess = max(1, len(graph.available_gpus(g)) // 2)
     if mode == "pinned":
-        pins = _pins(inputs, reqs, pre)
+        pins = _pins(inputs, reqs)
         found: dict[tuple[str, str], cand.Candidate] = {}
         for pin in pins:
             key = (pin.role, pin.shape.name)
