@@ -8,7 +8,7 @@ it and sends the files back. The output is the same as emitting in-process.
 """
 
 import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 from compiler.plan import Plan
 from compiler.targets_registry import Emit, targets
@@ -37,7 +37,7 @@ class EmitWorker:
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")
         self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_preload)
-        self._warm: Future = self._pool.submit(_ready)  # starts the child now
+        self._pool.submit(_ready)  # starts the child (and its imports) now
 
     def emit(self, plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
         return self._pool.submit(_emit, plan, only).result()

@@ -14,6 +14,7 @@ from schemas.model import ModelSpec
 GIB = arch.GIB
 ACTIVATION_TOKENS = 8192  # tokens per forward pass the workspace is sized for (assumed)
 ACTIVATION_COPIES = 12  # live hidden-sized buffers per token in a layer (assumed)
+HEADROOM_GIB = 1.0  # assumed: left unallocated per GPU for fragmentation and CUDA context
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,11 @@ class GpuMemory:
     @property
     def total_gib(self) -> float:
         return self.weights_gib + self.kv_min_gib + self.engram_gib + self.workspace_gib
+
+    def spare_gib(self, capacity_gib: float) -> float:
+        """What is left of `capacity_gib` beyond this and the headroom: a prefill rank's HBM
+        pool segment, or (plus kv_min_gib) a decode rank's KV cache."""
+        return capacity_gib - self.total_gib - HEADROOM_GIB
 
 
 def weights_gib_per_gpu(model: ModelSpec, shape: Shape, with_draft: bool = False) -> float:

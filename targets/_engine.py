@@ -14,7 +14,6 @@ The per-node launch flags (which ranks run where) are `multinode_flags`.
 from compiler.plan import Instance, Plan
 from targets._components import Component
 from targets._errors import TargetError
-from targets._memory import gpu_memory_utilization
 from targets._mooncake import pool_enabled
 from targets._topology import multi_node_nvlink
 from targets._yaml import compact_json
@@ -167,7 +166,7 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
     check_vllm_version(plan)
     instances = component.instances
     first = instances[0]  # replicas share shape and batch limits (components())
-    utilization = min(gpu_memory_utilization(plan, i) for i in instances)
+    utilization = min(i.gpu_memory_utilization for i in instances)
     args = [
         *parallel_flags(plan, component, first),
         "--max-num-seqs", str(first.max_batch),

@@ -122,7 +122,7 @@ def spare_hbm_gib(inputs: Inputs, shape: Shape, engram_gpus: int) -> float:
     mem = gpu_memory(inputs.model.spec, shape, inputs.system, kv_dtype(inputs),
                      max_model_len(inputs), engram_gpus,
                      inputs.deployment.spec.serving.engram_placement == "hbm", uses_draft(inputs))
-    return inputs.system.gpu.hbm_gib.value - mem.total_gib
+    return mem.spare_gib(inputs.system.gpu.hbm_gib.value)
 
 
 def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
