@@ -14,8 +14,10 @@ from compiler.plan import (
     Instance,
     KvPool,
     ModelInfo,
+    PhaseSolve,
     Plan,
     PoolSegment,
+    RackSolve,
     Routing,
     Serving,
     SolverInfo,
@@ -25,7 +27,7 @@ from compiler.plan import (
 from compiler.precheck import kv_dtype, max_model_len
 from compiler.solve import Solution
 from compiler.solve.memory_map import total_gib
-from compiler.solve.place import gpu_index
+from compiler.solve.place import gap, gpu_index
 
 
 def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
@@ -142,14 +144,31 @@ def _pool(inputs: Inputs, instances: list[Instance], memory: dict[str, DomainMem
     return KvPool(enabled=True, segments=segs, total_gib=round(sum(s.gib for s in segs), 3))
 
 
+def _solver(sol: Solution) -> SolverInfo:
+    """Status, objective and gap of both phases, and of each per-rack placement model."""
+    c, p = sol.counts, sol.placement
+    racks = [RackSolve(domains=list(r.domains), status=r.status, objective=round(r.objective, 3),
+                       bound=round(r.bound, 3), gap=round(r.gap, 6)) for r in p.domains]
+    return SolverInfo(
+        status="OPTIMAL" if c.status == p.status == "OPTIMAL" else "FEASIBLE",
+        objective=round(c.objective, 3), bound=round(c.bound, 3),
+        seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3),
+        counts=PhaseSolve(status=c.status, objective=round(c.objective, 3),
+                          bound=round(c.bound, 3), gap=round(gap(c.objective, c.bound), 6),
+                          seconds=c.deterministic_seconds),
+        placement=PhaseSolve(status=p.status, objective=round(p.objective, 3),
+                             bound=round(p.bound, 3),
+                             gap=max((r.gap for r in racks), default=0.0),
+                             seconds=p.deterministic_seconds),
+        racks=racks)
+
+
 def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
           decisions: list[Decision]) -> Plan:
     model = _model(inputs)
     instances = _instances(sol, g)
     memory = _memory(sol, instances, g)
     routing = inputs.deployment.spec.serving.routing
-    c, p = sol.counts, sol.placement
-    both_optimal = c.status == "OPTIMAL" and p.status == "OPTIMAL"
     return Plan(
         inputs_digest=inputs.digest,
         hardware=_hardware(inputs, g),
@@ -161,9 +180,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
         kv_pool=_pool(inputs, instances, memory),
         routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
                         block_size=inputs.deployment.spec.serving.block_size),
-        solver=SolverInfo(status="OPTIMAL" if both_optimal else "FEASIBLE",
-                          objective=round(c.objective, 3), bound=round(c.bound, 3),
-                          seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3)),
+        solver=_solver(sol),
         predicted=predicted,
         decisions=decisions,
     )

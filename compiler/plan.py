@@ -125,11 +125,34 @@ class Routing(Frozen):
     block_size: int
 
 
-class SolverInfo(Frozen):
+class PhaseSolve(Frozen):
+    """One phase of the solve (counts: goodput, maximised; placement: summed over racks)."""
+
     status: str
     objective: float
     bound: float
+    gap: float  # relative; placement: the worst rack's
+    seconds: float  # CP-SAT deterministic time
+
+
+class RackSolve(Frozen):
+    """One per-rack placement model; `domains` are the racks that share its solution."""
+
+    domains: list[str]
+    status: str
+    objective: float
+    bound: float
+    gap: float
+
+
+class SolverInfo(Frozen):
+    status: str  # OPTIMAL when both phases are
+    objective: float  # goodput, requests/s
+    bound: float
     seconds: float  # CP-SAT deterministic time: reproducible, unlike wall time
+    counts: PhaseSolve
+    placement: PhaseSolve
+    racks: list[RackSolve]
 
 
 class Decision(Frozen):

@@ -42,12 +42,14 @@ def solve(inputs: Inputs, g: nx.Graph, pre: Precheck) -> Solution:
     prefill_gpus = sum(c.shape.gpus * n for c, n in chosen if c.role == "prefill")
     order = {"prefill": 0, "decode": 1, "aggregated": 2}
     chosen.sort(key=lambda cn: (order[cn[0].role], -cn[0].shape.gpus, cn[0].shape.name))
+    by_domain = {d: {(p.candidates[i].role, p.candidates[i].shape.name): n
+                     for i, n in here.items()} for d, here in counts.by_domain.items()}
     wanted, per_instance = [], []
     for c, n in chosen:
         need = domain_memory(p, c.role, c.shape, prefill_gpus)
         wanted += [Wanted(c.role, c.shape, need)] * n
         per_instance += [c] * n
-    placement = place(p, wanted)
+    placement = place(p, wanted, by_domain)
     if placement is None:
         keys = sorted(k for k in p.requirements if k.startswith(("pin:", "unavailable:")))
         raise infeasible(p, keys, "GPU placement")

@@ -6,11 +6,11 @@ literals (`lits`) make user requirements switchable for infeasibility explanatio
 """
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from compiler.solve import racks
 from compiler.solve.problem import SCALE, Problem
 
 
@@ -20,6 +20,7 @@ class CountVars:
     goodput: cp_model.IntVar
     lits: dict[str, cp_model.IntVar]
     tray_free: dict[str, cp_model.IntVar] = field(default_factory=dict)  # tray fully available
+    capacity: racks.Capacity | None = None
 
 
 def whole_trays(problem: Problem, gpus: int) -> int:
@@ -29,11 +30,14 @@ def whole_trays(problem: Problem, gpus: int) -> int:
 
 
 def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """A tray is whole-tray usable iff no active `unavailable` entry touches it."""
+    """A tray that an `unavailable` entry touches is whole-tray usable iff no active entry
+    touches it (trays nothing touches are always usable)."""
     for d in p.domains:
         for t in d.trays:
             gpus = set(p.gpus_of(t))
             touching = [v.lits[k] for k, down in sorted(p.unavailable.items()) if down & gpus]
+            if not touching:
+                continue
             free = m.new_bool_var(f"free[{t}]")
             for lit in touching:
                 m.add_implication(lit, free.Not())
@@ -42,30 +46,16 @@ def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
 
 
 def add_gpu_capacity(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """Whole-tray instances fit the free trays; sub-tray instances the rest (aligned blocks of
-    partially available trays count conservatively: every unavailable entry active)."""
-    down = set().union(*p.unavailable.values()) if p.unavailable else set()
-    per = p.domains[0].gpus_per_tray
-    trays = [t for d in p.domains for t in d.trays]
-    used_whole = sum(v.n[i] * whole_trays(p, c.shape.gpus) for i, c in enumerate(p.candidates)
-                     if i in v.n and whole_trays(p, c.shape.gpus))
-    sub = sum(v.n[i] * c.shape.gpus for i, c in enumerate(p.candidates)
-              if i in v.n and not whole_trays(p, c.shape.gpus))
-    free = sum(v.tray_free[t] for t in trays)
-    m.add(used_whole <= free)
-    partial = {t: _aligned_pairs_free(p.gpus_of(t), down) * 2 for t in trays}
-    m.add(sub <= per * (free - used_whole) + sum((1 - v.tray_free[t]) * partial[t]
-                                                  for t in trays))
-    for d in p.domains:  # NVL72: no instance larger than its rack
-        size = len(d.trays) * per
-        for i, c in enumerate(p.candidates):
-            if i in v.n and c.shape.gpus > size:
-                m.add(v.n[i] == 0)
+    """Per NVLink domain: whole-tray instances on free trays of one rack, sub-tray instances in
+    what is left (aligned blocks of partly available trays count conservatively: every
+    unavailable entry active). See compiler/solve/racks.py."""
+    counts = [v.n.get(i, 0) for i in range(len(p.candidates))]
+    v.capacity = racks.add_capacity(m, p, items(p), counts, v.tray_free)
 
 
-def _aligned_pairs_free(gpus: Sequence[str], down: set[str]) -> int:
-    return sum(1 for a, b in zip(gpus[::2], gpus[1::2], strict=False)
-               if a not in down and b not in down)
+def items(p: Problem) -> list[racks.Item]:
+    """What each candidate takes: whole trays, or GPUs inside one tray."""
+    return [racks.Item(whole_trays(p, c.shape.gpus), c.shape.gpus) for c in p.candidates]
 
 
 def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:

@@ -26,6 +26,7 @@ from compiler.plan import (
     Instance,
     KvPool,
     ModelInfo,
+    PhaseSolve,
     Plan,
     PoolSegment,
     Routing,
@@ -139,7 +140,11 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
         memory=dict(sorted(memory.items())), engram_shards=shards,
         kv_pool=kv_pool(used_trays, dram_gib, dict(sorted(memory.items()))),
         routing=Routing(policy="kv", overlap_score_credit=1.0, block_size=serving.block_size),
-        solver=SolverInfo(status="OPTIMAL", objective=1.0, bound=1.0, seconds=0.0),
+        solver=SolverInfo(status="OPTIMAL", objective=1.0, bound=1.0, seconds=0.0,
+                          counts=PhaseSolve(status="OPTIMAL", objective=1.0, bound=1.0, gap=0.0,
+                                            seconds=0.0),
+                          placement=PhaseSolve(status="OPTIMAL", objective=0.0, bound=0.0,
+                                               gap=0.0, seconds=0.0), racks=[]),
         predicted={}, decisions=[])
 
 
