@@ -5,6 +5,7 @@ this machine or absolute paths, so the same inputs give a byte-identical `plan.y
 Targets import this module only.
 """
 
+from functools import cached_property
 from typing import Literal
 
 import yaml
@@ -178,11 +179,38 @@ class Plan(Frozen):
     predicted: dict
     decisions: list[Decision]
 
+    # lookups, indexed once per plan so that targets stay linear in its size
     def instance(self, instance_id: str) -> Instance:
-        return next(i for i in self.instances if i.id == instance_id)
+        return self._instances_by_id[instance_id]
 
     def tray(self, tray_id: str) -> Tray:
-        return next(t for t in self.hardware.trays if t.id == tray_id)
+        return self._trays_by_id[tray_id]
+
+    def tray_of_gpu(self, gpu: str) -> Tray:
+        return self._tray_by_gpu[gpu]
+
+    def engram_groups(self, gpus: list[str]) -> set[str]:
+        """The Engram shard groups whose shards live on these GPUs' memory domains."""
+        return {grp for g in gpus for grp in self._engram_groups_by_gpu.get(g, ())}
+
+    @cached_property
+    def _instances_by_id(self) -> dict[str, Instance]:
+        return {i.id: i for i in self.instances}
+
+    @cached_property
+    def _trays_by_id(self) -> dict[str, Tray]:
+        return {t.id: t for t in self.hardware.trays}
+
+    @cached_property
+    def _tray_by_gpu(self) -> dict[str, Tray]:
+        return {g: t for t in self.hardware.trays for g in t.gpus}
+
+    @cached_property
+    def _engram_groups_by_gpu(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for s in self.engram_shards:
+            out.setdefault(s.domain.rsplit("-d", 1)[0], set()).add(s.group)
+        return out
 
 
 def dump_plan(plan: Plan) -> str:

@@ -148,8 +148,7 @@ def engram_config(plan: Plan, instance: Instance) -> dict | None:
         return None
     if plan.serving.engram_placement == "dram":
         return {"cpu_offload": True}
-    gpus = set(instance.gpus)
-    groups = {s.group for s in plan.engram_shards if s.domain.rsplit("-d", 1)[0] in gpus}
+    groups = plan.engram_groups(instance.gpus)
     if groups == {"prefill"}:
         return {"cpu_offload": True}
     if groups != {instance.id}:

@@ -42,9 +42,9 @@ def client_config_path(node_name: str) -> str:
 def _ranks_per_tray(plan: Plan) -> dict[str, int]:
     counts: dict[str, int] = {}
     for instance in plan.instances:
-        for tray in instance.trays:
-            counts[tray] = counts.get(tray, 0) + sum(g in plan.tray(tray).gpus
-                                                     for g in instance.gpus)
+        for g in instance.gpus:
+            tray = plan.tray_of_gpu(g).id
+            counts[tray] = counts.get(tray, 0) + 1
     return counts
 
 
