@@ -69,32 +69,39 @@ def _serving(inputs: Inputs) -> Serving:
                    engram_placement=s.engram_placement)
 
 
+def _number(instance_id: str) -> int:
+    return int(instance_id.rsplit("-", 1)[1])
+
+
 def _instances(sol: Solution, g: nx.Graph) -> list[Instance]:
+    """Kept instances keep their ids; new ones are numbered per role in GPU order, from the
+    first number the running plan has not used (0 in a fresh compile)."""
     index = gpu_index(sol.problem)
-    rows = sorted(zip(sol.wanted, sol.candidates, sol.placement.gpus, strict=True),
+    rows = sorted(zip(sol.wanted, sol.candidates, sol.gpus, sol.ids, strict=True),
                   key=lambda r: (r[0].role, index[r[2][0]]))
-    out, counter = [], {}
-    for w, c, gpus in rows:
-        k = counter.get(w.role, 0)
-        counter[w.role] = k + 1
+    out, counter = [], dict(sol.problem.next_id)
+    for w, c, gpus, kept_id in rows:
+        if kept_id is None:
+            k = counter.get(w.role, 0)
+            counter[w.role] = k + 1
         need = w.need
         util = math.floor(100 * total_gib(need) / need.capacity_gib) / 100
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
-        out.append(Instance(id=f"{w.role}-{k:02d}", role=w.role, shape=w.shape.name,
+        out.append(Instance(id=kept_id or f"{w.role}-{k:02d}", role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
                             tp=w.shape.tp, max_batch=c.max_batch,
                             max_batched_tokens=c.max_batched_tokens,
                             gpu_memory_utilization=util))
-    return out
+    return sorted(out, key=lambda i: (i.role, _number(i.id)))
 
 
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
+    need = {(w.role, w.shape.name): w.need for w in sol.wanted}
     out = {}
     for inst in instances:
-        w = next(x for x in sol.wanted if x.shape.name == inst.shape and x.role == inst.role)
         for gpu in inst.gpus:
             for dom in graph.domains_of_gpu(g, gpu):
-                out[dom] = w.need
+                out[dom] = need[inst.role, inst.shape]
     return dict(sorted(out.items(), key=lambda kv: graph._natural(kv[0])))
 
 

@@ -1,5 +1,7 @@
 """Build the solver's Problem from the validated inputs: candidates, requirements, pins."""
 
+from collections.abc import Sequence
+
 from compiler import graph
 from compiler.load import Inputs, layout
 from compiler.perf.predict import pool_tokens, workload
@@ -7,7 +9,7 @@ from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import Precheck
 from compiler.shapes import Shape, parse_shape
 from compiler.solve import candidates as cand
-from compiler.solve.problem import Pin, Problem, Requirement, domains
+from compiler.solve.problem import Kept, Pin, Problem, Requirement, domains
 
 LATENCY_MAX_TRAYS = 2  # SYSTEM.md: the lowest-latency decode is TP8 spread over two trays
 
@@ -54,8 +56,10 @@ def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
             for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
 
 
-def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> Problem:
-    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape)."""
+def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True,
+                  kept: Sequence[Kept] = (), next_id: dict[str, int] | None = None) -> Problem:
+    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape).
+    `kept`: instances that stay (incremental recompile); their shapes join the candidates."""
     reqs, down = requirements(inputs)
     mode = inputs.deployment.spec.objective.mode
     w = workload(inputs)
@@ -74,8 +78,13 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> P
         candidates = cand.candidates(inputs, pre, w, hit, mode, guess, recipe_ok)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
+    have = {(c.role, c.shape.name) for c in candidates}
+    for key in sorted({(k.role, k.shape.name) for k in kept} - have):
+        shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
+        candidates.append(_pinned_candidate(inputs, key[0], shape, w, hit, guess))
     return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs,
-                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs))
+                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs),
+                   kept=list(kept), next_id=dict(next_id or {}))
 
 
 def _pinned_candidate(inputs: Inputs, role: str, shape: Shape, w, hit: float,

@@ -31,7 +31,7 @@ def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, ru
     n = {i: m.new_int_var(0, total_gpus // c.shape.gpus, f"n[{i}]")
          for i, c in enumerate(p.candidates)}
     lits = {key: m.new_bool_var(f"req[{key}]") for key in sorted(p.requirements)}
-    v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits)
+    v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits, kept=p.kept_counts())
     rules.add_tray_availability(m, v, p)
     rules.add_gpu_capacity(m, v, p)
     rules.add_engram_peer_group(m, v, p)

@@ -154,7 +154,8 @@ def add_gpu_exclusive(m: cp_model.CpModel, v: PlaceVars) -> None:
 
 
 def add_unavailable_unused(m: cp_model.CpModel, p: Problem, v: PlaceVars) -> None:
-    down = set().union(*p.unavailable.values()) if p.unavailable else set()
+    """Unavailable GPUs, and those kept instances hold, stay out of new instances."""
+    down = racks.down_gpus(p)
     for opts in v.options.values():
         for x, _, gpus in opts:
             if down.intersection(gpus):

@@ -45,6 +45,16 @@ class Pin:
     requirement: Requirement
 
 
+@dataclass(frozen=True)
+class Kept:
+    """An instance of the running plan (`--from`) that stays where it is, with its id."""
+
+    id: str
+    role: str
+    shape: Shape
+    gpus: tuple[str, ...]
+
+
 @dataclass
 class Problem:
     inputs: Inputs
@@ -56,6 +66,22 @@ class Problem:
     unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
     requirements: dict[str, Requirement] = field(default_factory=dict)
     recipe: bool = False  # the candidates are the catalog's engine shapes for the system
+    kept: list[Kept] = field(default_factory=list)  # incremental recompile: fixed instances
+    next_id: dict[str, int] = field(default_factory=dict)  # role -> first unused id number
+
+    @property
+    def occupied(self) -> set[str]:
+        """GPUs the kept instances hold: unavailable to new instances."""
+        return {g for k in self.kept for g in k.gpus}
+
+    def kept_counts(self) -> dict[int, int]:
+        """Candidate index -> kept instances of its role and shape."""
+        index = {(c.role, c.shape.name): i for i, c in enumerate(self.candidates)}
+        out: dict[int, int] = {}
+        for k in self.kept:
+            i = index[k.role, k.shape.name]
+            out[i] = out.get(i, 0) + 1
+        return out
 
     def gpus_of(self, tray: str) -> list[str]:
         return graph.gpus_of_tray(self.graph, tray)

@@ -37,7 +37,9 @@ class Capacity:
 
 
 def down_gpus(p: Problem) -> set[str]:
-    return set().union(*p.unavailable.values()) if p.unavailable else set()
+    """GPUs no new instance may take: unavailable ones, and those kept instances hold."""
+    down = set().union(*p.unavailable.values()) if p.unavailable else set()
+    return down | p.occupied
 
 
 def _aligned_pairs_free(gpus: Sequence[str], down: set[str]) -> int:
