@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from compiler import arch, graph
+from compiler import arch, graph, incremental
 from compiler.decisions import decisions
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
@@ -79,18 +79,18 @@ def read_plan(path: Path) -> Plan:
 
 
 def diff_plans(a: Plan, b: Plan) -> list[str]:
-    """Human-readable differences: instances added, removed or moved; metrics that changed."""
+    """Human-readable differences: instances matched by GPU set (stopped, started, moved,
+    renamed or reconfigured), memory domains and metrics that changed."""
     out = []
-    ia, ib = {i.id: i for i in a.instances}, {i.id: i for i in b.instances}
-    for key in sorted(set(ia) | set(ib)):
-        x, y = ia.get(key), ib.get(key)
-        if x is None:
-            out.append(f"+ {key}: {y.shape} on {','.join(y.trays)}")
-        elif y is None:
-            out.append(f"- {key}: {x.shape} on {','.join(x.trays)}")
-        elif (x.shape, x.gpus, x.max_batch) != (y.shape, y.gpus, y.max_batch):
-            out.append(f"~ {key}: {x.shape} on {','.join(x.trays)} (batch {x.max_batch}) -> "
-                       f"{y.shape} on {','.join(y.trays)} (batch {y.max_batch})")
+    same, stopped, started, moved = incremental.match(a, b)
+    out += [f"- {x.id}: {x.shape} on {','.join(x.trays)}" for x in stopped]
+    out += [f"+ {y.id}: {y.shape} on {','.join(y.trays)}" for y in started]
+    out += [f"~ {x.id}: {x.shape} on {','.join(x.trays)} -> {y.shape} on {','.join(y.trays)}"
+            for x, y in moved]
+    for x, y in same:
+        if (x.id, x.shape, x.max_batch) != (y.id, y.shape, y.max_batch):
+            out.append(f"~ {x.id}: {x.shape} on {','.join(x.trays)} (batch {x.max_batch}) -> "
+                       f"{y.id}: {y.shape} (batch {y.max_batch}), same GPUs")
     for key in sorted(set(a.memory) | set(b.memory)):
         if a.memory.get(key) != b.memory.get(key):
             out.append(f"~ memory.{key}: {_mem(a.memory.get(key))} -> {_mem(b.memory.get(key))}")
@@ -143,17 +143,28 @@ def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) 
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None) -> CompileResult:
+            emitter: EmitWorker | None = None, base: Plan | None = None,
+            unavailable: str | None = None) -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
-    the same result). Raises CompileError (exit 2 or 3)."""
+    the same result). `base`: the running plan whose instances stay where their GPUs are all
+    still available; `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
     inputs = load_inputs(deployment)
+    if base is not None or unavailable:
+        inputs = incremental.with_failures(
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
     g = build_graph(inputs)
+    if base is not None:
+        incremental.check_base(base, inputs, g)
     pre = precheck(inputs, g)
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
     clock["loaded"] = time.perf_counter()
-    sol = solve(inputs, g, pre)
+    if base is not None:
+        sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
+    else:
+        sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
     draft = lower(inputs, g, sol, {}, [])
     plan = draft.model_copy(update={

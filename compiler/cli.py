@@ -150,8 +150,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     try:
         from compiler import api
 
-        result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only,
-                                                                 emitter))
+        base = api.read_plan(Path(args.base)) if args.base else None
+        result = _with_progress("compiling", lambda: api.compile(
+            Path(args.deployment), only, emitter, base, args.unavailable))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
         output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
@@ -170,8 +171,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
           f"goodput {plan.solver.objective:g} requests/s")
-    for i in plan.instances:
-        print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
+    if base is not None:
+        from compiler import incremental
+
+        print("\n".join(incremental.changes(base, plan) + incremental.metrics(base, plan)))
+    else:
+        for i in plan.instances:
+            print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
     p = plan.predicted
     print(f"predicted: {p['tokens_per_s_per_user_p90']:g} tokens/s per user (P90), "
           f"TTFT P90 {p['ttft_ms_p90']:g} ms, {p['total_tokens_per_s_per_gpu']:g} tokens/s per "
@@ -275,6 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 when OUT differs from what the inputs give")
     comp.add_argument("--format", choices=("text", "json"), default="text")
+    comp.add_argument("--from", dest="base", metavar="OLD/plan.yaml",
+                      help="the running plan: instances whose GPUs all stay available keep "
+                           "their ids and GPUs; print what stops, starts and moves")
+    comp.add_argument("--unavailable", metavar="ID[,ID...]",
+                      help="failed GPUs (r0-t07-g2), trays (r0-t07) or racks (r3)")
     comp.set_defaults(run=cmd_compile)
 
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
