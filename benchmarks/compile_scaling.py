@@ -33,6 +33,7 @@ CASES = {  # name -> (example, hardware kind key, count, sessions per unit)
     "hgx64": ("hgx-h200-deepseek-v3", "nodes", 64, 128),
     "hgx128": ("hgx-h200-deepseek-v3", "nodes", 128, 128),
 }
+FAULTS = {"vr64": ("r0-t07-g2", "r17-t05", "r40"), "hgx128": ("r0-t100-g3", "r0-t37")}
 GOAL_64_S, GOAL_RATIO, GOAL_GAP, GOAL_USED = 30.0, 15.0, 0.01, 0.95
 SYSTEMS = {"vr-nvl72-deepseek-v4.1-flash": "vera-rubin-nvl72",
            "hgx-h200-deepseek-v3": "hgx-h200"}
@@ -53,10 +54,10 @@ def write_case(folder: Path, name: str) -> Path:
     return folder / "deployment.yaml"
 
 
-def run(deployment: Path, out: Path) -> dict:
+def run(deployment: Path, out: Path, *extra: str) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", "compile", str(deployment),
-                             "-o", str(out), "--format", "json"], stdout=subprocess.PIPE,
+                             "-o", str(out), "--format", "json", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=ROOT)
     stdout, stderr = proc.stdout.read(), proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -71,10 +72,29 @@ def run(deployment: Path, out: Path) -> dict:
         len(plan["hardware"]["unavailable_gpus"])
     used = sum(len(i["gpus"]) for i in plan["instances"])
     s = result["solver"]
-    return {"wall_s": wall, "exit": 0, "peak_mib": usage.ru_maxrss / 1024,
+    return {"wall_s": wall, "exit": 0, "peak_mib": usage.ru_maxrss / 1024, "plan": plan,
             "gpus": available, "used": used, "instances": len(plan["instances"]),
             "goodput": s["objective"], "counts": s["counts"], "placement": s["placement"],
             "rack_models": len(s["racks"])}
+
+
+def fault(folder: Path, ids: str, fresh: dict) -> None:
+    """Recompile from the fresh plan with `ids` failed: time, and what stays, stops, starts."""
+    out = folder / f"out-{ids}"
+    r = run(folder / "in" / "deployment.yaml", out, "--from", str(folder / "out" / "plan.yaml"),
+            "--unavailable", ids)
+    if r["exit"]:
+        print(f"  --unavailable {ids}: exit {r['exit']}: {r['error']}")
+        return
+    old = {tuple(i["gpus"]): i["id"] for i in fresh["plan"]["instances"]}
+    new = {tuple(i["gpus"]): i["id"] for i in r["plan"]["instances"]}
+    kept = sum(1 for g, i in old.items() if new.get(g) == i)
+    down = set(r["plan"]["hardware"]["unavailable_gpus"])
+    whole = sum(1 for g in old if down.isdisjoint(g))
+    print(f"  --unavailable {ids:11s} {r['wall_s']:6.2f} s  {r['peak_mib']:6.0f} MiB  "
+          f"{kept}/{whole} untouched instances keep id and GPUs, {len(old) - kept} stop, "
+          f"{len(new) - kept} start; goodput {fresh['goodput']:g} -> {r['goodput']:g} req/s; "
+          f"used {r['used']}/{r['gpus']}")
 
 
 def main() -> int:
@@ -99,6 +119,8 @@ def main() -> int:
                   f" ({r['rack_models']} rack models, {p['seconds']:.3f} det s)"
                   f"  used {r['used']}/{r['gpus']} ({r['used'] / r['gpus']:.1%})"
                   f"  {r['instances']} instances, goodput {r['goodput']:g} req/s")
+            for ids in FAULTS.get(name, ()) if not r["exit"] else ():
+                fault(base / name, ids, r)
     missed = []
     ok = {n: r for n, r in rows.items() if not r["exit"]}
     missed += [f"{n} failed" for n, r in rows.items() if r["exit"]]

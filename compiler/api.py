@@ -172,10 +172,12 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
                                else sol.counts.objective),
         "decisions": decisions(inputs, sol, draft.instances)})
     clock["planned"] = time.perf_counter()
-    artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:
-        artifacts.update(emitter.emit(plan, only))
+        emitter.start(plan, only)  # the child emits the targets while plan.yaml is written
+        artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
+        artifacts.update(emitter.result())
     else:
+        artifacts = {"plan.yaml": dump_plan(plan)}
         for name, emit in targets().items():
             if only is None or name in only:
                 artifacts.update(emit(plan))

@@ -15,7 +15,7 @@ from schemas.base import (
     StrictModel,
 )
 
-GpuId = Annotated[str, Field(pattern=r"^r[0-9]+-t[0-9]{2}-g[0-9]+$")]
+GpuId = Annotated[str, Field(pattern=r"^r[0-9]+-t[0-9]{2,}-g[0-9]+$")]
 
 
 class Unavailable(StrictModel):
