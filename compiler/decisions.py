@@ -52,10 +52,14 @@ def decisions(inputs: Inputs, sol: Solution, instances: list[Instance]) -> list[
                          "spec", "serving", "routing"),
     ]
     out.append(_shapes_decision(inputs, sol))
+    kept = {k.id for k in sol.problem.kept}
+    candidate = {(x.role, x.shape.name): x for x in sol.problem.candidates}
     for inst in instances:
-        c = next(x for x in sol.problem.candidates
-                 if x.shape.name == inst.shape and x.role == inst.role)
-        if sol.problem.mode == "pinned":
+        c = candidate[inst.role, inst.shape]
+        if inst.id in kept:
+            source, why = "rule:kept", ("kept from the running plan (--from): its GPUs are all "
+                                        "still available")
+        elif sol.problem.mode == "pinned":
             source, why = "user", "pinned in objective.instances"
         else:
             source = "solver"

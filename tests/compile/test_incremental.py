@@ -48,6 +48,8 @@ def test_a_lost_rack_stops_its_instances_and_nothing_else(fleet):
     assert {t for i in stopped for t in i.trays} <= {f"r2-t{t:02d}" for t in range(6)}
     assert stopped and not started and not moved
     assert len(same) == len(old.instances) - len(stopped)
+    sources = {d.path: d.source for d in new.decisions}
+    assert all(sources[f"instances.{y.id}"] == "rule:kept" for _, y in same)
 
 
 def test_freed_gpus_are_used_again(fleet):
