@@ -109,3 +109,12 @@ def test_cli_prints_what_stops_starts_and_moves(fleet, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert "- stop " in proc.stdout and "keep their GPUs" in proc.stdout
     assert "goodput: " in proc.stdout and " -> " in proc.stdout
+
+
+def test_unavailable_without_a_running_plan_is_a_fresh_compile_without_them(fleet):
+    path, _ = fleet
+    plan = api.compile(path, only=(), unavailable="r1,r0-t02-g0").plan
+    check_plan(plan)
+    assert not any(t.startswith("r1-") for i in plan.instances for t in i.trays)
+    assert {"r0-t02-g0", "r1-t05-g3"} <= set(plan.hardware.unavailable_gpus)
+    assert plan.instances[0].id.endswith("-00")
