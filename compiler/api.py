@@ -119,6 +119,8 @@ class CompileResult:
     artifacts: dict[str, str | bytes]  # path relative to OUT -> content
     seconds: dict[str, float]  # wall time per phase, for build_info only
     input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
+    # `--from`: the goodput a fresh compile (free to move every instance) would reach
+    fresh_goodput: float | None = None
 
 
 def layouts(instances: list[Instance]) -> list[Layout]:
@@ -161,8 +163,10 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
     clock["loaded"] = time.perf_counter()
+    fresh = None
     if base is not None:
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
+        fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
         sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
@@ -184,4 +188,4 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh)

@@ -174,7 +174,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if base is not None:
         from compiler import incremental
 
-        print("\n".join(incremental.changes(base, plan) + incremental.metrics(base, plan)))
+        print("\n".join(incremental.changes(base, plan)
+                        + incremental.metrics(base, plan, result.fresh_goodput)))
     else:
         for i in plan.instances:
             print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")

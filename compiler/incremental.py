@@ -16,6 +16,8 @@ from compiler import graph
 from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
 from compiler.shapes import parse_shape
+from compiler.solve.build import build_problem
+from compiler.solve.counts import solve_counts
 from compiler.solve.problem import Kept
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.rack import Unavailable
@@ -92,6 +94,13 @@ def next_ids(base: Plan) -> dict[str, int]:
     return out
 
 
+def fresh_goodput(inputs: Inputs, g, pre) -> float | None:
+    """The goodput of the count model with nothing kept: what moving every instance could
+    reach, for comparison (None when even that is infeasible)."""
+    counts = solve_counts(build_problem(inputs, g, pre))
+    return None if isinstance(counts, list) else counts.objective
+
+
 def match(a: Plan, b: Plan) -> tuple[list[tuple[Instance, Instance]], list[Instance],
                                      list[Instance], list[tuple[Instance, Instance]]]:
     """(same GPU set, stopped, started, moved): instances match by GPU set first; an unmatched
@@ -149,9 +158,11 @@ METRICS = ("goodput_requests_per_s", "tokens_per_s_per_user_p90", "ttft_ms_p90",
            "total_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "prefix_hit_rate")
 
 
-def metrics(a: Plan, b: Plan) -> list[str]:
-    """Predicted metrics before -> after."""
-    out = [f"goodput: {a.solver.objective:g} -> {b.solver.objective:g} requests/s"]
+def metrics(a: Plan, b: Plan, fresh: float | None = None) -> list[str]:
+    """Predicted metrics before -> after (and what a fresh compile's counts would reach)."""
+    out = [f"goodput: {a.solver.objective:g} -> {b.solver.objective:g} requests/s" + (
+        f" (a fresh compile, moving instances, would reach {fresh:g})"
+        if fresh is not None and fresh > b.solver.objective + 1e-6 else "")]
     for key in METRICS[1:]:
         va, vb = a.predicted.get(key), b.predicted.get(key)
         if va is not None or vb is not None:
