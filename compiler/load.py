@@ -15,7 +15,8 @@ from compiler.catalog.workload import Profile
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
-from schemas.source import Document, PathKey, SourceMap, format_path, load_yaml_file
+from schemas.reading import FileProblem, read_regular
+from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate
 
 
@@ -51,35 +52,48 @@ def _diag(src: SourceMap, path: PathKey, code: str, expected: str, got: str, hin
                       expected, got, hint)
 
 
-def _load(path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
-    doc = load_yaml_file(path, display_name(path))
+def _load(raw: bytes, path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
+    doc = load_yaml_bytes(raw, display_name(path))
     return validate(doc, kinds), doc
 
 
-def _ref(base: Path, src: SourceMap, field: str, value: str) -> Path | Diagnostic:
-    target = (base / value).resolve()
-    if not target.is_file():
-        return _diag(src, ("spec", field), "E204", "a path to an existing file", repr(value),
-                     f"paths are relative to {src.file}")
-    return target
+def _read_ref(base: Path, src: SourceMap, field: str,
+              value: str) -> tuple[Path, bytes] | Diagnostic:
+    """The file a `rack:` or `model:` path names, read; any problem is blamed on the field."""
+    target = base / value
+    try:
+        return target, read_regular(target)
+    except FileProblem as problem:
+        return _diag(src, ("spec", field), "E204" if problem.code == "E001" else problem.code,
+                     problem.expected, f"{_shown(value)}: {problem.got}",
+                     f"{problem.hint}; paths are relative to {src.file}")
+
+
+def _shown(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_inputs(deployment_path: Path) -> Inputs:
-    dep, dep_doc = _load(deployment_path, ("Deployment",))
+    try:
+        raw = read_regular(deployment_path)
+    except FileProblem as problem:
+        raise file_error(problem, display_name(deployment_path)) from None
+    dep, dep_doc = _load(raw, deployment_path, ("Deployment",))
     assert isinstance(dep, DeploymentV1)
     base = deployment_path.resolve().parent
     dsrc = dep_doc.source
     errors: list[Diagnostic] = []
-    texts = [deployment_path.read_bytes()]
+    texts = [raw]
 
     hardware = hw_doc = None
-    rack_path = _ref(base, dsrc, "rack", dep.spec.rack)
-    if isinstance(rack_path, Diagnostic):
-        errors.append(rack_path)
+    rack = _read_ref(base, dsrc, "rack", dep.spec.rack)
+    if isinstance(rack, Diagnostic):
+        errors.append(rack)
     else:
         try:
-            hardware, hw_doc = _load(rack_path, ("Rack", "Cluster"))
-            texts.append(rack_path.read_bytes())
+            hardware, hw_doc = _load(rack[1], rack[0], ("Rack", "Cluster"))
+            texts.append(rack[1])
         except CompileError as exc:
             errors.extend(exc.diagnostics)
 
@@ -104,16 +118,16 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
                    texts: list[bytes]) -> tuple[ModelV1 | None, SourceMap]:
     ref = dep.spec.model
     if ref.endswith((".yaml", ".yml")):
-        path = _ref(base, dsrc, "model", ref)
-        if isinstance(path, Diagnostic):
-            errors.append(path)
+        read = _read_ref(base, dsrc, "model", ref)
+        if isinstance(read, Diagnostic):
+            errors.append(read)
             return None, dsrc
         try:
-            model, doc = _load(path, ("Model",))
+            model, doc = _load(read[1], read[0], ("Model",))
         except CompileError as exc:
             errors.extend(exc.diagnostics)
             return None, dsrc
-        texts.append(path.read_bytes())
+        texts.append(read[1])
         return model, doc.source
     if ref not in catalog.model_names():
         errors.append(_diag(dsrc, ("spec", "model"), "E202", "a catalog model or a *.yaml path",
