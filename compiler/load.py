@@ -6,6 +6,7 @@ Every problem found in any file is collected and raised together as one CompileE
 import hashlib
 import os
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,10 @@ def load_inputs(deployment_path: Path) -> Inputs:
         if system is not None:
             errors.extend(check_hardware(hardware, system, hw_doc.source))
     if model is not None:
-        errors.extend(check_serving(dep, model, dsrc))
+        model_errors = check_model(model, model_src)
+        errors.extend(model_errors)
+        if not model_errors:
+            errors.extend(check_serving(dep, model, dsrc))
     errors.extend(check_objective(dep, dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
@@ -200,10 +204,17 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
     path = ("spec", "node_name_template")
     template = hw.spec.node_name_template
     try:
+        fields = list(string.Formatter().parse(template))
+        unsafe = next((f"{{{name}{':' + spec if spec else ''}}}"
+                       for _, name, spec, conv in fields if name is not None and (
+                           name not in ("name", "rack", "tray") or conv
+                           or not _TEMPLATE_SPEC.match(spec or ""))), None)
+        if unsafe:  # attribute access, nested fields or huge widths: never formatted
+            raise ValueError(f"unsupported field {unsafe}")
         names = [node_name(hw, r, t, r * trays + t) for r in range(racks) for t in range(trays)]
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         return [_diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
-                      repr(template), f"it fails to format: {exc!r}; e.g. "
+                      _shown(template), f"it fails to format: {exc}; e.g. "
                       "\"{name}-r{rack}-t{tray:02d}\"")]
     bad = [n for n in names if not re.match(DNS1123_SUBDOMAIN, n) or len(n) > 253]
     if bad:
@@ -211,6 +222,9 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
                       repr(bad[0]), "Kubernetes node names are lower case letters, digits, "
                       "'-' and '.'")]
     return []
+
+
+_TEMPLATE_SPEC = re.compile(r"^(0?[1-9]?d?)$")  # `{tray:02d}`: widths below 10 only
 
 
 def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:
@@ -221,6 +235,27 @@ def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:
         return 1, nodes or spec.trays or 1
     racks = spec.racks if isinstance(hw, ClusterV1) and spec.racks else 1
     return racks, spec.trays or int(system.rack.trays.value)
+
+
+def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    """Architecture numbers that bound each other (each blamed on the one that is too large)."""
+    spec, out = model.spec, []
+    limits = [(("dense_layers",), spec.dense_layers, ("layers",), spec.layers),
+              (("attention", "sliding_layers"), spec.attention.sliding_layers, ("layers",),
+               spec.layers),
+              (("attention", "kv_heads"), spec.attention.kv_heads, ("attention", "heads"),
+               spec.attention.heads)]
+    if spec.attention.qk_rope_head_dim is not None:
+        limits.append((("attention", "qk_rope_head_dim"), spec.attention.qk_rope_head_dim,
+                       ("attention", "head_dim"), spec.attention.head_dim))
+    if spec.moe is not None:
+        limits.append((("moe", "top_k"), spec.moe.top_k, ("moe", "experts"), spec.moe.experts))
+    for path, value, bound_path, bound in limits:
+        if value > bound:
+            out.append(_diag(src, ("spec", *path), "E104",
+                             f"at most {format_path(bound_path)} ({bound})", str(value),
+                             f"{path[-1]} cannot exceed {bound_path[-1]}"))
+    return out
 
 
 def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
@@ -258,6 +293,10 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                          f"the model's built-in draft ({have})", repr(spec_cfg.method),
                          f"{model.metadata.name} has no {spec_cfg.method} layers"))
     pool = dep.spec.serving.kv_pool
+    if pool and pool.dram and pool.dram_fraction == 0:
+        out.append(_diag(src, ("spec", "serving", "kv_pool", "dram_fraction"), "E104",
+                         "a share above 0 for a DRAM pool that is on", "0",
+                         "raise dram_fraction, or set `dram: false`"))
     if pool and pool.hbm and not pool.dram:
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",
