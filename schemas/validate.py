@@ -76,6 +76,8 @@ def _got(err: dict) -> str:
     value = err.get("input")
     if err["type"] == "extra_forbidden":
         return f"unknown key `{err['loc'][-1]}`"
+    if isinstance(value, int) and value.bit_length() > 200:  # str() refuses 4300+ digits
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value) if isinstance(value, str) else str(value)
     if isinstance(value, dict | list):
         text = type(value).__name__
