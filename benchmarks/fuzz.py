@@ -162,8 +162,49 @@ def odd_objective(rng: random.Random, doc: dict, ctx: dict) -> str:
     return "odd objective"
 
 
-DOC_MUTATIONS = [set_extreme, set_extreme, set_extreme, wrong_type, delete_key, add_key,
-                 odd_reference, odd_reference, odd_objective]
+CHOICES = [["fixed", "chat", "agentx"], ["throughput", "latency", "pinned"],
+           ["dspark", "mtp", "eagle3"], ["fp8", "bf16", "fp4"], ["hbm", "dram"],
+           ["kv", "round-robin", "random"], ["mla", "gqa", "mha"], ["prefill", "decode"],
+           ["vera-rubin-nvl72", "gb300-nvl72", "gb200-nvl72", "hgx-h200", "hgx-b200",
+            "hgx-h100"], ["deepseek-v3", "deepseek-v4.1-flash", "qwen3-30b-a3b", "llama-3.1-70b",
+                          "gpt-oss-120b", "kimi-k2", "glm-4.5"]]
+
+
+def plausible(rng: random.Random, doc: dict, ctx: dict) -> str:
+    """A valid-looking change, so that cases reach the graph, precheck and solver: a number
+    scaled or set to a small count, a choice swapped for another of its kind, a flag flipped,
+    an optional block added."""
+    leaves = [p for p in _paths(doc) if p and not isinstance(_follow(doc, p), dict | list)]
+    if not leaves:
+        return add_key(rng, doc, ctx)
+    parent, key = _parent(doc, rng.choice(leaves))
+    value = parent[key]
+    if isinstance(value, bool):
+        parent[key] = not value
+    elif isinstance(value, int):
+        parent[key] = rng.choice([1, 2, 3, 4, 8, max(1, value // 2), value * 2, value * 10,
+                                  value + 1, max(0, value - 1)])
+    elif isinstance(value, float):
+        parent[key] = rng.choice([value * 0.1, value * 0.5, value * 2, value * 10, 1.0, 0.01])
+    else:
+        kinds = [c for c in CHOICES if value in c]
+        if kinds:
+            parent[key] = rng.choice(kinds[0])
+        elif doc.get("kind") == "Deployment" and isinstance(doc.get("spec"), dict):
+            block = rng.choice([("slo", {"ttft_ms_p90": rng.choice([50.0, 500.0, 5000.0])}),
+                                ("workload", {"profile": "chat", "isl": rng.choice([1, 128, 8192]),
+                                              "osl": rng.choice([1, 64, 2048]),
+                                              "concurrency": rng.choice([1, 64, 4096])}),
+                                ("serving", {"kv_pool": {"dram": True, "hbm": True},
+                                             "block_size": rng.choice([16, 64, 256])})])
+            doc["spec"][block[0]] = block[1]
+        else:
+            parent[key] = str(value)[::-1]
+    return "plausible change"
+
+
+DOC_MUTATIONS = [set_extreme, set_extreme, wrong_type, delete_key, add_key, odd_reference,
+                 odd_reference, odd_objective, plausible, plausible, plausible, plausible]
 
 # --- mutations on the text --------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
-from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.reading import FileProblem, read_regular
 from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate
@@ -66,13 +66,8 @@ def _read_ref(base: Path, src: SourceMap, field: str,
         return target, read_regular(target)
     except FileProblem as problem:
         return _diag(src, ("spec", field), "E204" if problem.code == "E001" else problem.code,
-                     problem.expected, f"{_shown(value)}: {problem.got}",
+                     problem.expected, f"{shown(value)}: {problem.got}",
                      f"{problem.hint}; paths are relative to {src.file}")
-
-
-def _shown(value: str) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_inputs(deployment_path: Path) -> Inputs:
@@ -135,7 +130,7 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
         return model, doc.source
     if ref not in catalog.model_names():
         errors.append(_diag(dsrc, ("spec", "model"), "E202", "a catalog model or a *.yaml path",
-                            repr(ref), did_you_mean(ref, catalog.model_names())))
+                            shown(ref), did_you_mean(ref, catalog.model_names())))
         return None, dsrc
     texts.append(catalog.model_text(ref).encode())
     return catalog.model(ref), SourceMap(f"catalog:models/{ref}.yaml")
@@ -144,7 +139,7 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
 def _resolve_system(hw: RackV1 | ClusterV1, src: SourceMap, errors: list[Diagnostic]):
     name = hw.spec.system
     if name not in catalog.system_names():
-        errors.append(_diag(src, ("spec", "system"), "E201", "a catalog system", repr(name),
+        errors.append(_diag(src, ("spec", "system"), "E201", "a catalog system", shown(name),
                             did_you_mean(name, catalog.system_names())))
         return None
     return catalog.system(name)
@@ -214,7 +209,7 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
         names = [node_name(hw, r, t, r * trays + t) for r in range(racks) for t in range(trays)]
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         return [_diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
-                      _shown(template), f"it fails to format: {exc}; e.g. "
+                      shown(template), f"it fails to format: {exc}; e.g. "
                       "\"{name}-r{rack}-t{tray:02d}\"")]
     bad = [n for n in names if not re.match(DNS1123_SUBDOMAIN, n) or len(n) > 253]
     if bad:

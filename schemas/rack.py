@@ -27,7 +27,8 @@ class Unavailable(StrictModel):
 
 
 class HardwareSpec(StrictModel):
-    system: str = Field(description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
+    system: str = Field(max_length=64,
+                        description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
     trays: count(MAX_NODES) | None = Field(
         None, description="Compute trays per rack (HGX: nodes); default: the system's full count"
     )

@@ -3,7 +3,7 @@
 from pydantic import BaseModel, ValidationError
 
 from schemas import API_VERSION, KINDS
-from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.source import Document, PathKey, format_path
 
 # pydantic error type -> (code, what we expected when pydantic's message is not clearer)
@@ -75,13 +75,8 @@ def _got(err: dict) -> str:
         return "nothing"
     value = err.get("input")
     if err["type"] == "extra_forbidden":
-        return f"unknown key `{err['loc'][-1]}`"
-    if isinstance(value, int) and value.bit_length() > 200:  # str() refuses 4300+ digits
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    text = repr(value) if isinstance(value, str) else str(value)
-    if isinstance(value, dict | list):
-        text = type(value).__name__
-    return text if len(text) <= 60 else text[:57] + "..."
+        return f"unknown key {shown(str(err['loc'][-1]))}"
+    return shown(value)
 
 
 def _hint(err: dict, model: type[BaseModel], path: PathKey) -> str:
@@ -198,15 +193,16 @@ def check_envelope(doc: Document, allowed: tuple[str, ...]) -> type[BaseModel]:
     if version != API_VERSION:
         pos = doc.source.locate(("apiVersion",))
         errors.append(Diagnostic("error", "E010", file, pos.line, pos.column, "apiVersion",
-                                 f"`{API_VERSION}`", repr(version) if version else "nothing",
+                                 f"`{API_VERSION}`", shown(version) if version else "nothing",
                                  f"write `apiVersion: {API_VERSION}`"))
     kind = doc.data.get("kind")
     if kind not in allowed:
         pos = doc.source.locate(("kind",))
-        hint = did_you_mean(str(kind), allowed) if kind else f"add `kind: {allowed[0]}`"
+        hint = did_you_mean(kind, allowed) if isinstance(kind, str) and kind else \
+            f"write `kind: {allowed[0]}`"
         errors.append(Diagnostic("error", "E011", file, pos.line, pos.column, "kind",
                                  " or ".join(f"`{k}`" for k in allowed),
-                                 repr(kind) if kind else "nothing", hint))
+                                 shown(kind) if kind else "nothing", hint))
     if errors:
         raise CompileError(errors)
     return KINDS[str(kind)]
