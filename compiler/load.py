@@ -83,7 +83,7 @@ def load_inputs(deployment_path: Path) -> Inputs:
     errors: list[Diagnostic] = []
     texts = [raw]
 
-    hardware = hw_doc = None
+    hardware = hw_doc = rack_path = None
     rack = _read_ref(base, dsrc, "rack", dep.spec.rack)
     if isinstance(rack, Diagnostic):
         errors.append(rack)
@@ -91,6 +91,7 @@ def load_inputs(deployment_path: Path) -> Inputs:
         try:
             hardware, hw_doc = _load(rack[1], rack[0], ("Rack", "Cluster"))
             texts.append(rack[1])
+            rack_path = Path(os.path.realpath(rack[0]))
         except CompileError as exc:
             errors.extend(exc.diagnostics)
 
@@ -110,7 +111,7 @@ def load_inputs(deployment_path: Path) -> Inputs:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
-    model_path = (base / dep.spec.model).resolve() if model_src.file != dsrc.file and \
+    model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
