@@ -165,6 +165,11 @@ def checked_events(text: str, file: str, loader: type = _LOADER) -> list[yaml.Ev
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = (exc.problem or exc.context or "invalid YAML").strip()
+        if "nesting depth" in problem:  # libyaml's own limit, met while it scans ahead
+            raise CompileError([_error(file, "E012", _pos(mark), "",
+                                       f"nesting at most {MAX_DEPTH} deep", problem,
+                                       "rackc inputs nest a few levels; check the brackets")]) \
+                from None
         raise CompileError([_error(file, "E002", _pos(mark), "", "valid YAML", problem,
                                    "check indentation, colons and quotes near this line")]) \
             from None
