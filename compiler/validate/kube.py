@@ -22,6 +22,9 @@ KUBERNETES_VERSION = "1.34"
 KUSTOMIZE_TIMEOUT_S = 120
 
 
+Problem = tuple[str, str]  # (JSON path, "$" for the whole object; message)
+
+
 class KustomizeError(RuntimeError):
     """`kubectl kustomize` failed; the message is its stderr."""
 
@@ -37,15 +40,26 @@ def group_kind_version(doc: Mapping[str, Any]) -> tuple[str, str, str]:
     return group, str(doc.get("kind")), version
 
 
-def builtin_errors(doc: Mapping[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
+# API groups served by Kubernetes itself: a kind of these without a schema is a typo, while
+# another group's kind needs its CRD.
+BUILTIN_GROUPS = frozenset({
+    "", "apps", "batch", "autoscaling", "policy", "admissionregistration.k8s.io",
+    "apiextensions.k8s.io", "apiregistration.k8s.io", "authentication.k8s.io",
+    "authorization.k8s.io", "certificates.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
+    "events.k8s.io", "flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io",
+    "networking.k8s.io", "node.k8s.io", "rbac.authorization.k8s.io", "resource.k8s.io",
+    "scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io"})
+
+
+def builtin_errors(doc: Mapping[str, Any], version: str = KUBERNETES_VERSION) -> list[Problem]:
     """`kubernetes-validate --strict`: the first error of the object, with its JSON path; a kind
     without a schema is an error here, not the tool's warning."""
     try:
         kubernetes_validate.validate(dict(doc), version, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        return [f"{exc.json_path}: {exc.message}"]
+        return [(exc.json_path, exc.message)]
     except kubernetes_validate.SchemaNotFoundError as exc:
-        return [exc.message]
+        return [("$", exc.message)]
     return []
 
 
@@ -77,7 +91,7 @@ def served_schema(crd: Mapping[str, Any], version: str) -> dict[str, Any]:
     return (served[version].get("schema") or {}).get("openAPIV3Schema") or {}
 
 
-def _metadata_errors(doc: Mapping[str, Any]) -> list[str]:
+def _metadata_errors(doc: Mapping[str, Any]) -> list[Problem]:
     """The API server checks a custom resource's metadata as ObjectMeta, which the CRD schema
     leaves open (`type: object`): a stand-in ConfigMap carries it to kubernetes-validate."""
     stand_in = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc.get("metadata", {})}
@@ -98,9 +112,9 @@ def _schema_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     return cached[1]
 
 
-def custom_errors(doc: Mapping[str, Any], crds: Crds) -> list[str]:
-    """Every schema error (JSON path: message), then every CEL rule that fails, then the
-    metadata's errors. LookupError when `crds` has no CRD serving the object's version."""
+def custom_errors(doc: Mapping[str, Any], crds: Crds) -> list[Problem]:
+    """Every schema error, then every CEL rule that fails, then the metadata's errors.
+    LookupError when `crds` has no CRD serving the object's version."""
     group, kind, version = group_kind_version(doc)
     crd = crds.get((group, kind))
     if crd is None:
@@ -109,10 +123,9 @@ def custom_errors(doc: Mapping[str, Any], crds: Crds) -> list[str]:
     schema = served_schema(crd, version)
     errors = sorted(_schema_validator(schema).iter_errors(dict(doc)),
                     key=lambda e: (e.json_path, e.message))
-    found = [f"{e.json_path}: {e.message}" for e in errors]
+    found = [(e.json_path, e.message) for e in errors]
     if not found:  # CEL rules assume a structurally valid object
-        found = [f"{path}: {message}" for path, message in
-                 cel.rule_errors(schema, cel.with_defaults(schema, dict(doc)))]
+        found = list(cel.rule_errors(schema, cel.with_defaults(schema, dict(doc))))
     return found + _metadata_errors(doc)
 
 

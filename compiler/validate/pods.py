@@ -19,6 +19,9 @@ CPU = "cpu"
 MEMORY = "memory"
 CHANNEL = "compute-domain-channel"  # not a resource name: one per node (rules.dra_channels)
 OS_LABELS = {"kubernetes.io/os": "linux"}
+# Values GPU Feature Discovery can write, where its format is fixed: a node never carries
+# another value, whatever the rack manifest says.
+GFD_FORMATS = {"nvidia.com/gpu.clique": re.compile(r"[0-9a-fA-F-]{36}\.\d+")}
 
 _SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
            "P": 10**15, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -49,16 +52,26 @@ def rdma_resource(plan: Plan) -> str | None:
     return getattr(plan.hardware, "rdma_resource", None)
 
 
-def nodes(plan: Plan) -> list[Node]:
+def is_rdma(resource: str, plan: Plan) -> bool:
+    """The site's RDMA resource, or, where the plan names none, a device-plugin resource
+    named for RDMA (`rdma/...`, `.../rdma...`)."""
+    named = rdma_resource(plan)
+    return resource == named if named else "rdma" in resource.lower()
+
+
+def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     """The schedulable nodes: trays that are available; GPUs less the unavailable ones; host
-    memory of the tray (the rack manifest's override, else the catalog's); RDMA devices under
-    the site's resource name when the plan has one. Labels: the manifest's `node_labels`, and
-    those the kubelet sets whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`)."""
+    memory of the tray (the rack manifest's override, else the catalog's); the tray's RDMA
+    devices under each RDMA resource name `requested` (is_rdma). Labels: the manifest's
+    `node_labels` (less values GPU Feature Discovery cannot write), and those the kubelet sets
+    whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`)."""
     hw = plan.hardware
     system = catalog.system(hw.system)
     dram_gib = getattr(hw, "dram_gib_per_tray", None) or system.tray.dram_gib.value
     cores = getattr(hw, "cpu_cores_per_tray", None)
-    labels = {**hw.node_labels, "kubernetes.io/arch": hw.arch, **OS_LABELS}
+    labels = {k: v for k, v in hw.node_labels.items()
+              if k not in GFD_FORMATS or GFD_FORMATS[k].fullmatch(v)}
+    labels.update({"kubernetes.io/arch": hw.arch, **OS_LABELS})
     down = set(hw.unavailable_gpus)
     out = []
     for tray in hw.trays:
@@ -68,8 +81,9 @@ def nodes(plan: Plan) -> list[Node]:
                     MEMORY: Fraction(dram_gib) * 2**30}
         if cores:
             capacity[CPU] = Fraction(cores)
-        if rdma_resource(plan):
-            capacity[rdma_resource(plan)] = Fraction(hw.rdma_devices_per_tray)
+        for name in requested:
+            if is_rdma(name, plan):
+                capacity[name] = Fraction(hw.rdma_devices_per_tray)
         out.append(Node(tray.node_name, tray.id, labels, capacity))
     return out
 
@@ -89,7 +103,12 @@ class PodGroup:
 
     @property
     def where(self) -> str:
-        return f"{self.obj.label} {self.path}"
+        return self.at(self.path)
+
+    def at(self, path: str) -> str:
+        """An object, a field path in it and, for a component or role, its name."""
+        named = f" ({self.name})" if self.name != self.obj.name else ""
+        return f"{self.obj.label} {path}{named}"
 
 
 def _int(value: object, default: int) -> int:
@@ -305,6 +324,8 @@ def _container_words(container: dict[str, Any]) -> list[str]:
 def engines(groups: list[PodGroup]) -> list[Engine]:
     out = []
     for g in groups:
+        if not g.pods:
+            continue
         for i, c in enumerate(g.spec.get("containers") or []):
             found = _engine_argv(_container_words(c))
             if found is None:
@@ -312,7 +333,7 @@ def engines(groups: list[PodGroup]) -> list[Engine]:
             env = {str(e.get("name")): e.get("value") if "value" in e else None
                    for e in c.get("env") or [] if isinstance(e, dict)}
             mounts = tuple(str(m.get("mountPath")) for m in c.get("volumeMounts") or [])
-            out.append(Engine(f"{g.where}.containers[{i}]", g.obj.file,
+            out.append(Engine(g.at(f"{g.path}.containers[{i}]"), g.obj.file,
                               g.obj.line_at(f"{g.path}.containers[{i}]"),
                               found[0], found[1], env, mounts, g))
     return out

@@ -35,7 +35,6 @@ Rules and where their facts come from:
 """
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -83,7 +82,8 @@ def context(plan: Plan, files: Mapping[str, str | bytes]) -> Context:
         objs = bundle.objects(files, folder)
         groups = pods.pod_groups(objs)
         out.append(Bundle(folder, objs, groups, pods.engines(groups)))
-    return Context(plan, pods.nodes(plan), out,
+    requested = tuple(sorted({r for b in out for g in b.groups for r in pods.demand(g.spec)}))
+    return Context(plan, pods.nodes(plan, requested), out,
                    pods.script_engines(bundle.scripts(files)), files)
 
 
@@ -100,8 +100,6 @@ _OWNED = (("nvidia.com/", "GPU Feature Discovery sets nvidia.com/* labels from t
           ("feature.node.kubernetes.io/", "Node Feature Discovery sets this label"),
           ("kubernetes.io/hostname", "the kubelet sets it to the host's name, which need not "
            "be the node name: pin by node name with matchFields metadata.name"))
-# Values GPU Feature Discovery can write, where its format is fixed.
-GFD_FORMATS = {"nvidia.com/gpu.clique": re.compile(r"[0-9a-fA-F-]{36}\.\d+")}
 
 
 def _label_hint(requirement: str) -> str:
@@ -115,7 +113,7 @@ def _label_hint(requirement: str) -> str:
 def selector_matches_node(ctx: Context) -> list[Finding]:
     out = []
     bad_values = {k: v for k, v in ctx.plan.hardware.node_labels.items()
-                  if k in GFD_FORMATS and not GFD_FORMATS[k].fullmatch(v)}
+                  if k in pods.GFD_FORMATS and not pods.GFD_FORMATS[k].fullmatch(v)}
     for b in ctx.bundles:
         for g in b.groups:
             if g.pods and not pods.eligible(g.spec, ctx.nodes) and ctx.nodes:
@@ -161,7 +159,7 @@ def _channel(spec: dict[str, Any], templates: dict[str, str]) -> tuple[bool, str
 
 
 def _rule_for(resource: str, plan: Plan) -> str | None:
-    if resource == pods.rdma_resource(plan) or "rdma" in resource.lower():
+    if pods.is_rdma(resource, plan):
         return "node-rdma-devices"
     return _RESOURCE_RULES.get(resource)
 

@@ -225,8 +225,13 @@ def validate_builtin(
     docs: Iterable[Mapping[str, Any]], kubernetes_version: str = kube.KUBERNETES_VERSION
 ) -> list[str]:
     """`kubernetes-validate --strict` on built-in kinds (compiler.validate.kube)."""
-    return [f"{kube.label(doc)} {error}" if error.startswith("$") else f"{kube.label(doc)}: {error}"
-            for doc in docs for error in kube.builtin_errors(doc, kubernetes_version)]
+    return [_text(kube.label(doc), problem)
+            for doc in docs for problem in kube.builtin_errors(doc, kubernetes_version)]
+
+
+def _text(label: str, problem: kube.Problem) -> str:
+    path, message = problem
+    return f"{label}: {message}" if path == "$" else f"{label} {path}: {message}"
 
 
 def crd_dir() -> Path | None:
@@ -264,7 +269,7 @@ def validate_custom(doc: Mapping[str, Any]) -> list[str]:
         errors = kube.custom_errors(doc, _crds())
     except LookupError as exc:
         return [f"{label}: {exc}"]
-    return [f"{label} {e}" if e.startswith("$") else f"{label}: {e}" for e in errors]
+    return [_text(label, problem) for problem in errors]
 
 
 def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
