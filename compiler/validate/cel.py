@@ -12,30 +12,20 @@ import copy
 import functools
 import re
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 import celpy
 from celpy import celtypes
 
+from compiler.validate import quantity
+
 
 @functools.total_ordering
 class Quantity:
-    """A Kubernetes resource quantity (`500m`, `64Gi`, `1e3`) as an exact number."""
+    """A quantity as Kubernetes' CEL library has it: compared exactly."""
 
-    _SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-               "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-               "Pi": 2**50, "Ei": 2**60, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6)}
-    _FORM = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
-
-    def __init__(self, text: str) -> None:
-        match = self._FORM.fullmatch(str(text).strip())
-        if match is None:
-            raise ValueError(f"not a quantity: {text!r}")
-        number, exponent, suffix = match.groups()
-        value = Fraction(number)
-        self.value = value * 10 ** int(exponent[1:]) if exponent else \
-            value * self._SUFFIX[suffix or ""]
+    def __init__(self, text: object) -> None:
+        self.value = quantity.parse(text)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Quantity) and self.value == other.value
@@ -86,7 +76,7 @@ FUNCTIONS = {
 
 def _is_quantity(text: object) -> bool:
     try:
-        Quantity(str(text))
+        quantity.parse(text)
     except ValueError:
         return False
     return True

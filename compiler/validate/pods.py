@@ -13,6 +13,7 @@ from typing import Any
 from compiler import catalog
 from compiler.plan import Plan
 from compiler.validate.bundle import Obj, Script
+from compiler.validate.quantity import parse as parse_quantity
 
 GPU = "nvidia.com/gpu"
 CPU = "cpu"
@@ -23,17 +24,12 @@ OS_LABELS = {"kubernetes.io/os": "linux"}
 # another value, whatever the rack manifest says.
 GFD_FORMATS = {"nvidia.com/gpu.clique": re.compile(r"[0-9a-fA-F-]{36}\.\d+")}
 
-_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "P": 10**15, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_QUANTITY = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|[mkMGTP])?")
-
-
 def quantity(value: object) -> Fraction | None:
     """A Kubernetes quantity (`500m`, `64Gi`, 4); None when it is not one."""
-    match = _QUANTITY.fullmatch(str(value).strip())
-    if match is None:
+    try:
+        return parse_quantity(value)
+    except ValueError:
         return None
-    return Fraction(match.group(1)) * _SUFFIX[match.group(2) or ""]
 
 
 @dataclass(frozen=True)
@@ -115,6 +111,14 @@ def _int(value: object, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _spec(template: object) -> dict[str, Any]:
     spec = template.get("spec") if isinstance(template, dict) else None
     return spec if isinstance(spec, dict) else {}
@@ -126,16 +130,17 @@ def pod_groups(objs: list[Obj]) -> list[PodGroup]:
     StatefulSets and Jobs (replicas), and bare Pods."""
     out = []
     for obj in objs:
-        doc, spec = obj.doc, obj.doc.get("spec") or {}
+        spec = _dict(obj.doc.get("spec"))
         if obj.kind == "DynamoGraphDeployment":
-            for i, comp in enumerate(spec.get("components") or []):
+            for i, comp in enumerate(_list(spec.get("components"))):
+                comp = _dict(comp)
                 nodes_ = _int((comp.get("multinode") or {}).get("nodeCount"), 1)
                 out.append(PodGroup(obj, f"spec.components[{i}].podTemplate.spec",
                                     str(comp.get("name")),
                                     _int(comp.get("replicas"), 1) * nodes_,
                                     _spec(comp.get("podTemplate")), nodes_ > 1))
         elif obj.kind == "LeaderWorkerSet":
-            lwt = spec.get("leaderWorkerTemplate") or {}
+            lwt = _dict(spec.get("leaderWorkerTemplate"))
             replicas, size = _int(spec.get("replicas"), 1), _int(lwt.get("size"), 1)
             worker = lwt.get("workerTemplate")
             leader = lwt.get("leaderTemplate") or worker
@@ -147,13 +152,13 @@ def pod_groups(objs: list[Obj]) -> list[PodGroup]:
                 out.append(PodGroup(obj, f"{base}.workerTemplate.spec", f"{obj.name} worker",
                                     replicas * (size - 1), _spec(worker), True))
         elif obj.kind in ("Deployment", "StatefulSet", "ReplicaSet"):
-            out.append(PodGroup(obj, "spec.template.spec", obj.name, _int(spec.get("replicas"), 1),
-                                _spec(spec.get("template"))))
+            out.append(PodGroup(obj, "spec.template.spec", obj.name,
+                                _int(spec.get("replicas"), 1), _spec(spec.get("template"))))
         elif obj.kind == "Job":
-            out.append(PodGroup(obj, "spec.template.spec", obj.name, _int(spec.get("parallelism"), 1),
-                                _spec(spec.get("template"))))
+            out.append(PodGroup(obj, "spec.template.spec", obj.name,
+                                _int(spec.get("parallelism"), 1), _spec(spec.get("template"))))
         elif obj.kind == "Pod":
-            out.append(PodGroup(obj, "spec", obj.name, 1, spec if isinstance(spec, dict) else {}))
+            out.append(PodGroup(obj, "spec", obj.name, 1, spec))
     return out
 
 

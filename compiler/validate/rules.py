@@ -473,8 +473,9 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                     given = _int(_after(words, "--kv-cache-block-size"), 0)
                     if given not in worker_blocks or len(worker_blocks) > 1:
                         out.append(Finding("engine-capability", g.obj.file,
-                                           g.obj.line_at(g.path), g.where, "--kv-cache-block-size equal to the "
-                                           f"workers' --block-size {sorted(worker_blocks)}",
+                                           g.obj.line_at(g.path), g.where,
+                                           "--kv-cache-block-size equal to the workers' "
+                                           f"--block-size {sorted(worker_blocks)}",
                                            f"--kv-cache-block-size {given or 'unset (16)'}",
                                            "the router hashes prompts in blocks of this size "
                                            "to match the workers' KV events"))

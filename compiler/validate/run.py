@@ -10,12 +10,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from compiler import api
 from compiler.validate import bundle, crds, kube, rules
 from schemas.diagnostics import CompileError, Diagnostic
 
 MAX_FILES = 10_000
 MAX_FILE_BYTES = 16 * 2**20
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".md", ".txt")
 
 
@@ -60,6 +63,23 @@ def read_out(out: Path) -> dict[str, str | bytes]:
     return files
 
 
+def _unreadable(files: dict[str, str | bytes], report: "Report") -> dict[str, str | bytes]:
+    """The files less the bundle YAML that does not parse, each of which gets a diagnostic."""
+    out = dict(files)
+    for path, text in files.items():
+        if path.split("/", 1)[0] in bundle.BUNDLES and path.endswith((".yaml", ".yml")):
+            try:
+                list(yaml.load_all(text, Loader=_LOADER))
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                report.diagnostics.append(Diagnostic(
+                    "error", "E806", path, mark.line + 1 if mark else 0,
+                    mark.column + 1 if mark else 0, "", "YAML that rackc compile writes",
+                    str(getattr(exc, "problem", None) or exc).splitlines()[0][:200]))
+                del out[path]
+    return out
+
+
 def _field_path(json_path: str) -> str:
     return json_path.removeprefix("$").removeprefix(".")
 
@@ -87,13 +107,27 @@ def _schema_diagnostics(obj: bundle.Obj, known: crds.Crds, report: Report) -> No
             message))
 
 
+def _rule_diagnostics(plan, files: dict[str, str | bytes]) -> list[Diagnostic]:
+    """The controller-level rules read objects of the shapes rackc writes; an OUT edited into
+    other shapes gets one diagnostic here, beside the schema errors that say where."""
+    try:
+        return rules.check(plan, files)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        return [Diagnostic("error", "E805", "OUT", 0, 0, "controller-level rules",
+                           "objects of the shapes rackc compile writes",
+                           f"{type(exc).__name__}: {exc}"[:200],
+                           "fix the schema errors first, or compile OUT again")]
+
+
 def validate(out: Path, crd_dir: Path | None = None) -> Report:
     """Every check of OUT; CompileError (exit 2) when OUT or the CRD folder cannot be read."""
     files = read_out(out)
     plan = api.read_plan(out / "plan.yaml")
     folder = crds.crd_folder(crd_dir)
     known = crds.load_crds(folder) if folder is not None else {}
-    report = Report(rules.check(plan, files))
+    report = Report()
+    files = _unreadable(files, report)
+    report.diagnostics += _rule_diagnostics(plan, files)
     for name in bundle.BUNDLES:
         for obj in bundle.objects(files, name):
             _schema_diagnostics(obj, known, report)

@@ -12,7 +12,7 @@ import pytest
 from compiler.validate import placement, rules
 from compiler.validate.pods import Node
 
-from .bundles import GB300, HGX, VR, compiled, component, edit, main, pod_spec
+from .bundles import GB300, HGX, VR, compiled, component, edit, main
 
 DGD = "k8s/dynamo-graph.yaml"
 
@@ -186,7 +186,7 @@ def _scripts(plan, files, second_port: int, second_nixl: int | None) -> None:
     for path in [p for p in files if p.startswith("vllm/")]:
         del files[path]
     tray = plan.hardware.trays[0]
-    env = f"export CUDA_VISIBLE_DEVICES=0,1\n"
+    env = "export CUDA_VISIBLE_DEVICES=0,1\n"
     files[f"vllm/a-00/{tray.id}.sh"] = SCRIPT.format(node=tray.node_name, port=8000,
                                                      port_env=env)
     nixl = f"export VLLM_NIXL_SIDE_CHANNEL_PORT={second_nixl}\n" if second_nixl else ""
@@ -291,7 +291,7 @@ def test_mooncake_rdma_needs_a_device_and_ipc_lock():
     plan, files = compiled(HGX)
     _sized(plan, files, lambda spec: None)
     [finding] = [f for f in fired(plan, files, "rdma-transport") if "prefill" in f.where]
-    assert "no RDMA device request and no IPC_LOCK capability" == finding.got
+    assert finding.got == "no RDMA device request and no IPC_LOCK capability"
 
 
 def test_kv_between_nvlink_domains_needs_an_rdma_transport():
@@ -376,7 +376,7 @@ def test_engine_capability_reads_the_catalog_when_it_has_engines():
 # --- the registry ---------------------------------------------------------------------------
 
 def test_every_rule_has_a_code_and_enforced_rules_exist():
-    assert rules.ENFORCED <= set(rules.RULES)
+    assert set(rules.RULES) >= rules.ENFORCED
     assert len(set(rules.RULES.values())) == len(rules.RULES)
 
 

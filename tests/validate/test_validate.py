@@ -11,8 +11,8 @@ import yaml
 
 from compiler import cli
 from compiler.validate import rules
-from tests.conftest import EXAMPLES
 from tests.conformance import harness
+from tests.conftest import EXAMPLES
 
 from .bundles import VR
 
@@ -60,7 +60,7 @@ def test_without_crds_custom_kinds_are_listed_and_the_rest_is_checked(compiled_o
 
 def test_with_crds_every_object_is_schema_checked(compiled_out, capsys):
     harness.require_crds()
-    rc, report = validate(capsys, str(compiled_out), "--crds", str(harness.crd_dir()))
+    _, report = validate(capsys, str(compiled_out), "--crds", str(harness.crd_dir()))
     assert report["not_schema_checked"] == []
     assert not {d["code"] for d in report["diagnostics"]} & SCHEMA_CODES, report["diagnostics"]
 
