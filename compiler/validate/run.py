@@ -19,6 +19,9 @@ from schemas.diagnostics import CompileError, Diagnostic
 MAX_FILES = 10_000
 MAX_FILE_BYTES = 16 * 2**20
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Folders of Kubernetes objects: the rules read the deployable bundles (bundle.BUNDLES); the
+# schemas also check dynamo/, the graph on its own.
+SCHEMA_FOLDERS = ("dynamo", *bundle.BUNDLES)
 TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".md", ".txt")
 
 
@@ -67,7 +70,7 @@ def _unreadable(files: dict[str, str | bytes], report: "Report") -> dict[str, st
     """The files less the bundle YAML that does not parse, each of which gets a diagnostic."""
     out = dict(files)
     for path, text in files.items():
-        if path.split("/", 1)[0] in bundle.BUNDLES and path.endswith((".yaml", ".yml")):
+        if path.split("/", 1)[0] in SCHEMA_FOLDERS and path.endswith((".yaml", ".yml")):
             try:
                 list(yaml.load_all(text, Loader=_LOADER))
             except yaml.YAMLError as exc:
@@ -128,7 +131,7 @@ def validate(out: Path, crd_dir: Path | None = None) -> Report:
     report = Report()
     files = _unreadable(files, report)
     report.diagnostics += _rule_diagnostics(plan, files)
-    for name in bundle.BUNDLES:
+    for name in SCHEMA_FOLDERS:
         for obj in bundle.objects(files, name):
             _schema_diagnostics(obj, known, report)
         if f"{name}/kustomization.yaml" in files:
