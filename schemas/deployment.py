@@ -93,7 +93,8 @@ class Serving(StrictModel):
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"
     routing: Routing = Routing()
-    block_size: PositiveInt = 64
+    block_size: PositiveInt | None = Field(
+        None, description="KV block in tokens. Default: the attention backend's kernel block")
     max_model_len: PositiveInt | None = Field(None, description="Default: the model's context")
     image: str = Field("vllm/vllm-openai:v0.33.0", pattern=IMAGE)
     vllm_version: Literal["0.33.0"] = "0.33.0"

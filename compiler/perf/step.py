@@ -36,6 +36,7 @@ class PerfContext:
     acceptance: float = 1.0  # tokens emitted per step per request
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
+    engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
     nic_gbps: float | None = None
     ep_moe_slowdown: float = 1.0  # fitted end to end (catalog calibration/serving.json)
 
@@ -263,11 +264,15 @@ def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
 
 
 def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
-    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink."""
+    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink;
+    or, when the tables are in host memory, all of them over the CPU-GPU link (UVA reads)."""
     e = ctx.model.engram
     if not e:
         return
     nbytes = tokens * e.tables * ctx.model.hidden_size * ENGRAM_ROW_BYTES_PER_HIDDEN
+    if ctx.engram_host:
+        st.add("engram", comm.transfer_us(ctx.system, nbytes, "c2c"))
+        return
     local = nbytes / max(1, ctx.engram_gpus)
     st.add("engram", ctx.ops.copy(2 * local)
            + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))
