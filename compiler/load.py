@@ -31,6 +31,7 @@ class Inputs:
     profile: Profile
     sources: dict[str, SourceMap]  # "deployment" | "hardware" | "model" -> its source map
     resolved: Resolved  # every default and catalog choice (compiler.resolve)
+    files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
 
     @property
     def model_name(self) -> str:
@@ -99,8 +100,11 @@ def load_inputs(deployment_path: Path) -> Inputs:
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
     resolved = resolve(dep, hardware, model, system, sources, digest)
     _check_block_size(dep, resolved, dsrc)
+    model_path = (base / dep.spec.model).resolve() if model_src.file != dsrc.file and \
+        not model_src.file.startswith("catalog:") else None
+    files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
-                  sources, resolved)
+                  sources, resolved, files)
 
 
 def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> None:
