@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
-from compiler.memory import gpu_budget, kv_bytes_per_token_per_gpu
+from compiler.memory import all2all_of, gpu_budget, kv_bytes_per_token_per_gpu
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     Group,
@@ -53,16 +53,24 @@ def system_ops(system_name: str) -> OpModel:
     return op_model(catalog.system(system_name), catalog.calibration(system_name))
 
 
-def context(inputs: Inputs, engram_gpus: int, role: str = "decode") -> PerfContext:
+def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
+            shape: Shape | None = None) -> PerfContext:
     """What the step model needs of one instance group; `role` says where its Engram tables
-    are (compiler.resolve: prefill's are in host memory when the engine cannot share HBM)."""
+    are (compiler.resolve: prefill's are in host memory when the engine cannot share HBM), and
+    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16)."""
     spec = inputs.deployment.spec.serving.speculative
     r = inputs.resolved
+    weight_only = False
+    if shape is not None:
+        moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family,
+                            all2all_of(inputs, role, shape)).value
+        weight_only = moe in r.engines.vllm.moe.weight_only.value
     return PerfContext(
         model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
         kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
+        moe_weight_only=weight_only,
         nic_gbps=r.nic_gbps_per_gpu.value,
         ep_moe_slowdown=catalog.serving_calibration().get("ep_moe_slowdown", {}).get("value", 1.0))
 
@@ -82,7 +90,7 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
     out = []
     for x in plan:
         engram_gpus = prefill_gpus if x.role == "prefill" else x.shape.gpus
-        ctx = context(inputs, engram_gpus, x.role)
+        ctx = context(inputs, engram_gpus, x.role, x.shape)
         if x.role == "prefill":
             out.append(Group("prefill", x.shape, x.count, x.max_batch or PREFILL_MAX_SEQS,
                              x.max_batched_tokens or PREFILL_CHUNK_TOKENS, ctx))

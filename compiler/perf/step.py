@@ -37,6 +37,7 @@ class PerfContext:
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
     engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
+    moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
     nic_gbps: float | None = None
     ep_moe_slowdown: float = 1.0  # fitted end to end (catalog calibration/serving.json)
 
@@ -194,10 +195,11 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     skew = _skew(local, per_expert, ctx.ep_moe_slowdown if shape.ep > 1 else 1.0)
     experts = _decode_expert_ops(ctx) if decode else ops
+    w_only = ctx.moe_weight_only
     st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter,
-                                               skew=skew, placement=place))
+                                               skew=skew, placement=place, weight_only=w_only))
     st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, inter, h,
-                                               skew=skew, placement=place))
+                                               skew=skew, placement=place, weight_only=w_only))
     if moe.shared_experts and shared_fraction > 0:
         width = moe.shared_experts * moe.expert_intermediate // shape.tp
         w = m.dtypes.weights

@@ -47,7 +47,7 @@ def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workloa
 def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int | None,
                      enforce_slo: bool = True) -> Candidate:
     slo = inputs.deployment.spec.slo
-    ctx = context(inputs, shape.gpus)
+    ctx = context(inputs, shape.gpus, "decode", shape)
     cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, shape, "decode", shape.gpus, w))
     if batch_cap is not None:
         cap = min(cap, batch_cap)
@@ -91,7 +91,7 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
 
 def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
                 chunk: int) -> Candidate:
-    ctx = context(inputs, engram_gpus, "prefill")
+    ctx = context(inputs, engram_gpus, "prefill", shape)
     new, cached = w.isl * (1 - hit), w.isl * hit
     step = prefill_step(ctx, shape, chunk, max(1.0, new), cached).us
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
