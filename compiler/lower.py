@@ -89,9 +89,11 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, 
     if moe.value is not None:
         choices.append(moe)
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
+    connectors = r.kv_connectors(role)
     fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
-              "env": dict(sorted(env.items()))}
-    return fields, choices
+              "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
+              "connector_env": r.connector_env(connectors.value)}
+    return fields, [*choices, connectors]
 
 
 def _instances(inputs: Inputs, sol: Solution, g: nx.Graph

@@ -94,6 +94,8 @@ class Instance(Frozen):
     moe_backend: str | None  # None: the engine's own choice (BF16 experts)
     engram: Literal["none", "hbm", "host"]  # where this instance reads the Engram tables
     env: dict[str, str]  # what its engines need beyond the shared environment
+    kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
+    connector_env: list[str]  # variables the connectors read, set by each target
 
 
 class DomainMemory(Frozen):

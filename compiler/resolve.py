@@ -129,6 +129,26 @@ class Resolved:
         return Choice("moe_backend", None, "default",
                       f"no listed backend for {fmt} {layout} experts on {family}: vLLM picks")
 
+    def kv_connectors(self, role: str) -> Choice[list[str]]:
+        """P/D instances hand KV over with NIXL; with the pool, the Mooncake store rides along
+        (MultiConnector); aggregated ones only use the store."""
+        c = self.engines.vllm.kv_connectors
+        chosen = []
+        if role in ("prefill", "decode"):
+            chosen.append(c.disaggregated)
+        if self.kv_pool_dram.value:
+            chosen.append(c.store)
+        names = [f.value for f in chosen]
+        why = "; ".join(f.source for f in chosen) or "no P/D hand-off and no pool"
+        if len(chosen) > 1:
+            why += f"; together in {c.combine.value} ({c.combine.source})"
+        return Choice("kv_connectors", names, "catalog", why)
+
+    def connector_env(self, connectors: list[str]) -> list[str]:
+        """The environment variables the connectors read (the targets set them)."""
+        env = self.engines.vllm.kv_connectors.env
+        return sorted({v for n in connectors if n in env for v in env[n].value})
+
     def engine_buffers_gib(self, all2all: str | None, nodes: int) -> float:
         """DeepEP's buffers, allocated inside the engine's budget before the profile run."""
         mem = self.engines.vllm.memory

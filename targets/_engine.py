@@ -82,19 +82,21 @@ def kv_cache_dtype(plan: Plan) -> str:
     return "fp8" if plan.serving.kv_cache_dtype == "fp8" else "auto"
 
 
+# The Mooncake store is looked up and loaded asynchronously (SYSTEM.md routing).
+CONNECTOR_EXTRA = {"MooncakeStoreConnector": {"load_async": True, "lookup_async": True}}
+
+
 def kv_transfer_config(plan: Plan, component: Component) -> dict | None:
-    """P/D moves KV with NIXL; the Mooncake pool rides along in a MultiConnector, looked up and
-    loaded asynchronously (SYSTEM.md routing). An aggregated worker only uses the pool."""
-    store = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both",
-             "kv_connector_extra_config": {"load_async": True, "lookup_async": True}}
-    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-    disaggregated = component.role in ("prefill", "decode")
-    if not pool_enabled(plan):
-        return nixl if disaggregated else None
-    if not disaggregated:
-        return store
+    """The instance's connectors (P/D: NIXL; with the pool also the Mooncake store, both in a
+    MultiConnector)."""
+    names = component.instances[0].kv_connectors
+    configs = [{"kv_connector": n, "kv_role": "kv_both",
+                **({"kv_connector_extra_config": CONNECTOR_EXTRA[n]} if n in CONNECTOR_EXTRA
+                   else {})} for n in names]
+    if len(configs) <= 1:
+        return configs[0] if configs else None
     return {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-            "kv_connector_extra_config": {"connectors": [nixl, store]}}
+            "kv_connector_extra_config": {"connectors": configs}}
 
 
 def engram_config(plan: Plan, instance: Instance) -> dict | None:

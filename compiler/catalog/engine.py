@@ -83,6 +83,13 @@ class Engram(_Strict):
     host_copy_per_node: Fact[bool]
 
 
+class KvConnectors(_Strict):
+    disaggregated: Fact[str]
+    store: Fact[str]
+    combine: Fact[str]
+    env: dict[str, Fact[list[str]]]
+
+
 class Vllm(_Strict):
     name: Literal["vllm"]
     version: str
@@ -92,6 +99,7 @@ class Vllm(_Strict):
     all2all: All2All
     memory: EngineMemory
     engram: Engram
+    kv_connectors: KvConnectors
 
 
 class Router(_Strict):

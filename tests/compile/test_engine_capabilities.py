@@ -188,3 +188,13 @@ def test_inputs_digest_covers_the_catalog(monkeypatch):
     monkeypatch.setattr(catalog, "engine_text",
                         lambda name: real(name) + ("#\n" if name == "mooncake" else ""))
     assert load_inputs(path).resolved.digest != before
+
+
+@pytest.mark.parametrize("example", [VR, GB300, H200])
+def test_launch_scripts_set_what_the_connectors_read(example: str):
+    plan = compiled_plan(example)
+    for s in scripts(example):
+        inst = plan.instance(s.instance)
+        assert inst.kv_connectors == ["NixlConnector", "MooncakeStoreConnector"]
+        assert set(inst.connector_env) <= set(s.env), s.instance
+        assert all(n in s.flag("--kv-transfer-config") for n in inst.kv_connectors)

@@ -109,7 +109,9 @@ def instance(role: str, index: int, shape: str, gpus: list[str], dp: int, ep: in
                     dp=dp, ep=ep, tp=tp, max_batch=max_batch,
                     max_batched_tokens=max_batched_tokens, gpu_memory_utilization=util,
                     all2all_backend=engine.all2all, moe_backend=engine.moe,
-                    engram=engine.engram, env=dict(engine.env))
+                    engram=engine.engram, env=dict(engine.env),
+                    kv_connectors=["NixlConnector", "MooncakeStoreConnector"],  # P/D + the pool
+                    connector_env=["MOONCAKE_CONFIG_PATH", "VLLM_NIXL_SIDE_CHANNEL_HOST"])
 
 
 def engram_shards(model: ModelInfo, inst: Instance, per_gpu: int) -> list[EngramShard]:
