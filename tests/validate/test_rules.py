@@ -70,7 +70,7 @@ def test_two_pods_per_node_each_claiming_a_channel_stay_pending(example):
     assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
     _channel_pods(plan, files, per_node=2)
     [finding] = [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
-    assert finding.where.startswith("DynamoGraphDeployment/") and "components[2]" in finding.where
+    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-dep2)" in finding.where
     assert "4 channel claims for 2 nodes" in finding.got
     assert "2 pods would stay Pending" in finding.hint
     assert rules.diagnostic(finding).render().startswith(
