@@ -36,17 +36,14 @@ def out(compiled_out, tmp_path):
     return copy
 
 
-@pytest.fixture(autouse=True)
-def no_crds_from_the_environment(monkeypatch):
-    monkeypatch.delenv("RACKC_CRDS", raising=False)
-
-
 def validate(capsys, *args: str) -> tuple[int, dict]:
     rc = cli.main(["validate", *args, "--format", "json"])
     return rc, json.loads(capsys.readouterr().out)
 
 
-def test_without_crds_custom_kinds_are_listed_and_the_rest_is_checked(compiled_out, capsys):
+def test_without_crds_custom_kinds_are_listed_and_the_rest_is_checked(compiled_out, capsys,
+                                                                       monkeypatch):
+    monkeypatch.delenv("RACKC_CRDS", raising=False)
     rc, report = validate(capsys, str(compiled_out))
     assert set(report["not_schema_checked"]) == CUSTOM_KINDS
     codes = {d["code"] for d in report["diagnostics"]}
