@@ -14,7 +14,8 @@ Rules and where their facts come from:
   node's capacity (GPUs of the tray less the unavailable ones, the tray's host memory, RDMA
   devices and CPU cores where the plan carries them).
 - host-ports-per-node: processes on one host (launch scripts on a tray, hostNetwork pods) must
-  not bind the same port: vLLM's API `--port` (default 8000) and NIXL's side channel
+  not bind the same port, and hostNetwork pods declare what they bind so that the scheduler
+  keeps them apart: vLLM's API `--port` (default 8000) and NIXL's side channel
   (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600, + the DP index: vLLM 0.33
   distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py).
 - selector-matches-node: every nodeSelector and required node affinity admits a node of the
@@ -178,8 +179,14 @@ def _engine_ports(e: Engine) -> set[int]:
 
 
 def _local_ranks(e: Engine) -> int:
+    """DP ranks of the engine in this process: the GPUs it sees (CUDA_VISIBLE_DEVICES, else the
+    pod's GPU request) over its TP size, at most the DP size."""
     devices = e.env.get("CUDA_VISIBLE_DEVICES")
-    gpus = len(devices.split(",")) if devices else 1
+    if devices:
+        gpus = len(devices.split(","))
+    else:
+        asked = pods.demand(e.group.spec).get(pods.GPU) if e.group is not None else None
+        gpus = int(asked) if asked else 1
     tp = _int(e.flag("--tensor-parallel-size"), 1) or 1
     dp = _int(e.flag("--data-parallel-size"), 1)
     return max(1, min(dp, gpus // tp))
@@ -192,17 +199,66 @@ def _int(value: object, default: int) -> int:
         return default
 
 
-def _host_ports(g: PodGroup, engines: list[Engine]) -> tuple[int, ...]:
+def _declared_ports(g: PodGroup) -> set[int]:
+    """The host ports the scheduler knows of: hostPort, or every containerPort with
+    hostNetwork (the API server defaults hostPort to it)."""
+    key = "containerPort" if g.spec.get("hostNetwork") else "hostPort"
+    return {int(p[key]) for c in g.spec.get("containers") or [] for p in c.get("ports") or []
+            if isinstance(p, dict) and isinstance(p.get(key), int)}
+
+
+def _bound_ports(g: PodGroup, engines: list[Engine]) -> set[int]:
+    """What the pod's engines bind on the host, with hostNetwork."""
     if not g.spec.get("hostNetwork"):
-        declared = {int(p["hostPort"]) for c in g.spec.get("containers") or []
-                    for p in c.get("ports") or [] if isinstance(p.get("hostPort"), int)}
-        return tuple(sorted(declared))
-    ports = {int(p["containerPort"]) for c in g.spec.get("containers") or []
-             for p in c.get("ports") or [] if isinstance(p.get("containerPort"), int)}
-    for e in engines:
-        if e.group is g:
-            ports |= _engine_ports(e)
-    return tuple(sorted(ports))
+        return set()
+    return {p for e in engines if e.group is g for p in _engine_ports(e)}
+
+
+def _host_ports(g: PodGroup, engines: list[Engine]) -> tuple[int, ...]:
+    return tuple(sorted(_declared_ports(g) | _bound_ports(g, engines)))
+
+
+def _can_share(g: PodGroup, h: PodGroup, nodes: list[Node], plan: Plan) -> Node | None:
+    """A node both pods may run on at once, as far as their requests and channels go."""
+    if _claims_channel(g) and _claims_channel(h):
+        return None
+    asks = [pods.demand(g.spec), pods.demand(h.spec)]
+    for n in nodes:
+        if pods.mismatch(g.spec, n, True) is None and pods.mismatch(h.spec, n, True) is None \
+                and all(sum(a.get(r, Fraction(0)) for a in asks) <= cap
+                        for r, cap in n.capacity.items() if _rule_for(r, plan)):
+            return n
+    return None
+
+
+def _claims_channel(g: PodGroup) -> bool:
+    return any(rc.get("resourceClaimTemplateName") or rc.get("resourceClaimName")
+               for rc in g.spec.get("resourceClaims") or [] if isinstance(rc, dict))
+
+
+def undeclared_ports(ctx: Context) -> list[Finding]:
+    """hostNetwork pods whose engines bind a port the pod does not declare: the scheduler may
+    put two of them on one node, where the second cannot bind it."""
+    out = []
+    for b in ctx.bundles:
+        hidden = [(g, _bound_ports(g, b.engines) - _declared_ports(g)) for g in b.groups
+                  if g.pods]
+        for i, (g, ports) in enumerate(hidden):
+            for h, theirs in hidden[i:]:
+                both = sorted(ports & theirs)
+                if not both or (h is g and g.pods < 2):
+                    continue
+                node = _can_share(g, h, ctx.nodes, ctx.plan)
+                if node is not None:
+                    out.append(Finding(
+                        "host-ports-per-node", g.obj.file, g.obj.line_at(g.path), g.where,
+                        f"port{'s' if len(both) > 1 else ''} {', '.join(map(str, both))} "
+                        "declared as containerPort, so that the scheduler keeps pods binding "
+                        "them apart", f"undeclared, and {'two of its pods' if h is g else h.where}"
+                        f" may run on {node.name} together", "declare every port the engine "
+                        "binds with hostNetwork, or give each pod its own ports"))
+                    break
+    return out
 
 
 def _family_rule(family: str, plan: Plan) -> str | None:
@@ -508,8 +564,8 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "engine-capability": "E830",
 }
 CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
-    selector_matches_node, placement_rules, script_ports, connector_env, rdma_transport,
-    engine_capability)
+    selector_matches_node, placement_rules, script_ports, undeclared_ports, connector_env,
+    rdma_transport, engine_capability)
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).
 ENFORCED: frozenset[str] = frozenset({

@@ -207,14 +207,31 @@ def test_launch_scripts_on_one_node_bind_distinct_ports():
     assert "ports 5600, 5601, 8000" in finding.got
 
 
+def _declare(spec: dict, ports: list[int]) -> None:
+    main(spec)["ports"] = [{"containerPort": p} for p in ports]
+
+
 def test_host_network_pods_on_one_node_bind_distinct_ports():
     plan, files = compiled(HGX)
     _sized(plan, files, lambda spec: spec.update(hostNetwork=False))
     assert not fired(plan, files, "host-ports-per-node")
+    # two pods that bind (and declare) the same ports, pinned to one node: one stays Pending
     node = node_names(plan, 1)
-    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), pin(spec, node)))
+    ports = [8000, *range(5600, 5608)]
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), pin(spec, node),
+                                      _declare(spec, ports)))
     [finding] = fired(plan, files, "host-ports-per-node")
     assert "prefill" in finding.where and "bound once per node" in finding.expected
+
+
+def test_host_network_ports_are_declared_so_the_scheduler_keeps_pods_apart():
+    plan, files = compiled(HGX)
+    ports = [8000, *range(5600, 5608)]  # the API port and NIXL's 5600 + DP index, DP8
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), _declare(spec, ports)))
+    assert not fired(plan, files, "host-ports-per-node")
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), _declare(spec, [8000])))
+    [finding] = fired(plan, files, "host-ports-per-node")
+    assert "5600" in finding.expected and "two of its pods may run on" in finding.got
 
 
 # --- selector-matches-node ------------------------------------------------------------------
