@@ -490,11 +490,8 @@ def _expert_format(facts: Any, plan: Plan) -> str:
 def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     facts = facts if facts is not None else _engines_catalog()
     out = []
-    worker_blocks = set()
     for e in _all_engines(ctx):
         block = _int(e.flag("--block-size"), 0)
-        if block:
-            worker_blocks.add(block)
         backend = e.flag("--attention-backend")
         if facts is not None and backend and block:
             sizes = _kernel_block_sizes(facts, backend)
@@ -522,6 +519,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                        f"{key}={value} for {a2a} across trays",
                                        f"{key}={e.env.get(key)}", need.source))
     for b in ctx.bundles:
+        worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
         for g in b.groups:
             for c in g.spec.get("containers") or []:
                 words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
@@ -563,9 +561,18 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "rdma-transport": "E829",
     "engine-capability": "E830",
 }
-CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
-    selector_matches_node, placement_rules, script_ports, undeclared_ports, connector_env,
-    rdma_transport, engine_capability)
+_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
+                        "node-memory", "host-ports-per-node"})
+# Each check and the rules it can break: only those a caller asks for are run.
+CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = (
+    (selector_matches_node, frozenset({"selector-matches-node"})),
+    (placement_rules, _PLACEMENT),
+    (script_ports, frozenset({"host-ports-per-node"})),
+    (undeclared_ports, frozenset({"host-ports-per-node"})),
+    (connector_env, frozenset({"connector-env"})),
+    (rdma_transport, frozenset({"rdma-transport"})),
+    (engine_capability, frozenset({"engine-capability"})),
+)
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).
 ENFORCED: frozenset[str] = frozenset({
@@ -583,7 +590,8 @@ def findings(plan: Plan, files: Mapping[str, str | bytes],
     if not wanted:
         return []
     ctx = context(plan, files)
-    out = [f for check_ in CHECKS for f in check_(ctx) if f.rule in wanted]
+    out = [f for check_, breaks in CHECKS if breaks & wanted for f in check_(ctx)
+           if f.rule in wanted]
     return sorted(set(out), key=lambda f: (f.file, f.line, f.rule, f.where, f.got))
 
 

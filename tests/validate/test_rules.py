@@ -392,9 +392,23 @@ def test_engine_capability_reads_the_catalog_when_it_has_engines():
 
 # --- the registry ---------------------------------------------------------------------------
 
-def test_every_rule_has_a_code_and_enforced_rules_exist():
+def test_every_rule_has_a_code_and_a_check():
     assert set(rules.RULES) >= rules.ENFORCED
     assert len(set(rules.RULES.values())) == len(rules.RULES)
+    assert set().union(*(breaks for _, breaks in rules.CHECKS)) == set(rules.RULES)
+
+
+def test_only_the_checks_of_the_rules_asked_for_run(monkeypatch):
+    """compile asks for the enforced rules only: a check of another rule is not run."""
+    def boom(ctx):
+        raise AssertionError("ran")
+    checks = tuple((boom if fn is rules.engine_capability else fn, breaks)
+                   for fn, breaks in rules.CHECKS)
+    monkeypatch.setattr(rules, "CHECKS", checks)
+    plan, files = compiled(HGX)
+    assert rules.check(plan, files, ["node-gpus"]) == []
+    with pytest.raises(AssertionError, match="ran"):
+        rules.check(plan, files, ["engine-capability"])
 
 
 @pytest.mark.parametrize("example", [VR, GB300, HGX])
