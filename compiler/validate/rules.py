@@ -31,8 +31,9 @@ Rules and where their facts come from:
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
-  attention backend, MoE backends per expert format, the environment of all-to-all backends
-  across trays) and the frontend's KV block size equal to the workers'.
+  attention backend, MoE backends per expert format and for the batched layout of DeepEP
+  low-latency, the environment of all-to-all backends across trays) and the frontend's KV
+  block size equal to the workers'.
 """
 
 import json
@@ -481,6 +482,10 @@ def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
 
 
 def _expert_format(facts: Any, plan: Plan) -> str:
+    """How the engine loads the routed experts: the plan's choice where it records one."""
+    chosen = getattr(plan.model, "expert_format", None)
+    if chosen:
+        return chosen
     if plan.model.experts_dtype != "fp4":
         return plan.model.experts_dtype
     fmt = facts.vllm.moe.fp4_format.get(plan.model.architecture)
@@ -511,6 +516,14 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
                                    accepts.source))
         a2a = e.flag("--all2all-backend")
+        if facts is not None and moe and a2a and ctx.plan.model.moe and \
+                a2a in facts.vllm.all2all.batched_layout.value:
+            batched = facts.vllm.moe.batched.get(_expert_format(facts, ctx.plan))
+            if batched is not None and moe not in batched.value:
+                out.append(Finding("engine-capability", e.file, e.line, e.where,
+                                   f"a --moe-backend with a kernel for {a2a}'s batched "
+                                   f"activations ({', '.join(batched.value)})",
+                                   f"--moe-backend {moe}", batched.source))
         if facts is not None and a2a and _spans_trays(e, ctx.plan):
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from compiler.validate import placement, rules
+from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
 
 from .bundles import GB300, HGX, VR, compiled, component, edit, main
@@ -254,6 +254,16 @@ def test_selectors_must_match_a_node_of_the_manifest(selector, why):
     assert finding.where.startswith("DynamoGraphDeployment/") and why in finding.hint
 
 
+def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
+    plan, _ = compiled(VR)
+    site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"))
+    with_site = SimpleNamespace(hardware=plan.hardware, site=site)
+    [first, *_] = pods.nodes(with_site, ("rdma/ib", "rdma/other"))
+    assert first.labels["kubernetes.io/hostname"] == first.name
+    assert "rdma/ib" in first.capacity and "rdma/other" not in first.capacity
+    assert "kubernetes.io/hostname" not in pods.nodes(plan)[0].labels
+
+
 def test_node_labels_of_the_manifest_match():
     plan, files = compiled(HGX)
     plan = plan.model_copy(update={"hardware": plan.hardware.model_copy(update={
@@ -334,8 +344,9 @@ FACTS = SimpleNamespace(vllm=SimpleNamespace(
     attention=SimpleNamespace(kernel_block_sizes={"FLASHINFER_MLA_SPARSE_DSV41": _fact([128])}),
     moe=SimpleNamespace(fp4_format={"DeepseekV41ForCausalLM": _fact("mxfp4")},
                         fp4_format_default=_fact("nvfp4"),
-                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])}),
-    all2all=SimpleNamespace(multi_node_nvlink_env={
+                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])},
+                        batched={"mxfp4": _fact(["marlin"])}),
+    all2all=SimpleNamespace(batched_layout=_fact(["deepep_low_latency"]), multi_node_nvlink_env={
         "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})))
 
 
@@ -377,7 +388,12 @@ def test_engine_capabilities():
     assert "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=None" in text  # the DEP32 decode spans trays
     assert "--kv-cache-block-size 128" in text
     decode = [f for f in found if "MNNVL" in f.got]
-    assert all("decode" in f.where or "components[1]" in f.where for f in decode), decode
+    assert decode and all("decode" in f.where for f in decode), decode
+    # DeepEP low-latency hands the experts batched activations: Marlin has a kernel, TRT-LLM not
+    found = _engine(plan, files, "256", "flashinfer_trtllm", "256", mnnvl=True)
+    assert [f.expected.split(" (")[0] for f in found] == [
+        "a --moe-backend with a kernel for deepep_low_latency's batched activations"]
+    assert "decode" in found[0].where
 
 
 def test_engine_capability_reads_the_catalog_when_it_has_engines():
