@@ -270,7 +270,7 @@ def _family_rule(family: str, plan: Plan) -> str | None:
 
 
 def _shortfall_finding(s: placement.Shortfall, groups: list[PodGroup], nodes: list[Node],
-                       rule: str, demands: list[placement.Demand]) -> Finding:
+                       rule: str) -> Finding:
     blamed = [groups[k] for k in s.keys]
     first = blamed[0] if blamed else groups[0]
     where = "; ".join(f"{g.where} ({g.pods} pods)" for g in blamed)
@@ -322,7 +322,7 @@ def placement_rules(ctx: Context) -> list[Finding]:
         for s in placement.shortfalls(demands, ctx.nodes):
             rule = _family_rule(s.family, ctx.plan)
             if rule:
-                out.append(_shortfall_finding(s, groups, ctx.nodes, rule, demands))
+                out.append(_shortfall_finding(s, groups, ctx.nodes, rule))
     return out
 
 
@@ -606,6 +606,15 @@ def findings(plan: Plan, files: Mapping[str, str | bytes],
     out = [f for check_, breaks in CHECKS if breaks & wanted for f in check_(ctx)
            if f.rule in wanted]
     return sorted(set(out), key=lambda f: (f.file, f.line, f.rule, f.where, f.got))
+
+
+def unchecked_resources(plan: Plan, files: Mapping[str, str | bytes]) -> list[str]:
+    """Resources pods request whose node capacity the plan does not tell (CPU cores, a
+    device plugin rackc does not know): no rule checks their sums."""
+    ctx = context(plan, files)
+    known = {r for n in ctx.nodes for r in n.capacity}
+    return sorted({r for b in ctx.bundles for g in b.groups if g.pods
+                   for r, v in pods.demand(g.spec).items() if v > 0 and r not in known})
 
 
 def diagnostic(f: Finding) -> Diagnostic:

@@ -162,3 +162,11 @@ def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(tmp_path,
     if not any(f"[{rule}]" in err for rule in rules.RULES):
         pytest.skip("the VR bundle breaks no rule any more: nothing to refuse")
     assert rc == 3 and not out.exists()
+
+
+def test_requests_whose_node_capacity_is_unknown_are_named(out, capsys):
+    """The plan has no CPU cores per tray: CPU sums are not checked, and the report says so."""
+    _edit(out / "k8s/mooncake.yaml", "Deployment", lambda d: d["spec"]["template"]["spec"][
+        "containers"][0].update(resources={"requests": {"cpu": "2"}}))
+    _, report = validate(capsys, str(out))
+    assert report["capacity_not_checked"] == ["cpu"]
