@@ -519,18 +519,16 @@ def run_case(seed: int, index: int, compile_every: int, timeout: float, root: Pa
     return result
 
 
-def _worker(conn: Connection, seed: int, compile_every: int, timeout: float) -> None:
+def _worker(conn: Connection, seed: int, compile_every: int, timeout: float,
+            tmp: Path) -> None:
     from compiler import api, cli  # noqa: F401  (imported once, before the first case)
 
-    root = Path(tempfile.mkdtemp(prefix="rackc-fuzz-"))
-    try:
-        while True:
-            index = conn.recv()
-            if index is None:
-                return
-            conn.send(run_case(seed, index, compile_every, timeout, root))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(dir=tmp))  # the parent removes `tmp`, even after a kill
+    while True:
+        index = conn.recv()
+        if index is None:
+            return
+        conn.send(run_case(seed, index, compile_every, timeout, root))
 
 
 class Worker:
@@ -553,7 +551,16 @@ class Worker:
 
 def fuzz(cases: int, seed: int, workers: int, compile_every: int, timeout: float) -> list[dict]:
     ctx = multiprocessing.get_context("fork")
-    args = (seed, compile_every, timeout)
+    tmp = Path(tempfile.mkdtemp(prefix="rackc-fuzz-"))
+    try:
+        return _run(ctx, (seed, compile_every, timeout, tmp), cases, workers)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(ctx: multiprocessing.context.BaseContext, args: tuple, cases: int,
+         workers: int) -> list[dict]:
+    compile_every, timeout = args[1], args[2]
     pool = [Worker(ctx, args) for _ in range(workers)]
     todo, results = list(range(cases)), []
     while todo or any(w.index is not None for w in pool):
@@ -567,6 +574,8 @@ def fuzz(cases: int, seed: int, workers: int, compile_every: int, timeout: float
             if w.index is None:
                 continue
             if w.conn in ready:
+                if len(results) % 1000 == 999:
+                    print(f"fuzz: {len(results) + 1}/{cases} cases", file=sys.stderr)
                 try:
                     results.append(w.conn.recv())
                 except EOFError:  # the worker died: a crash of the interpreter itself
