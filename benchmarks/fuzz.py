@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -617,6 +618,7 @@ def summary(results: list[dict], seconds: float) -> dict:
         "compile_diagnosed": compiles["diagnosed"],
         "partial_outputs": compiles["partial output"],
         "seconds": round(seconds, 1),
+        "cpu_seconds": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 1),
         "slowest_check_s": round(max((r.get("seconds", 0) for r in results), default=0), 3),
         "codes": dict(Counter(c for r in results for c in r.get("codes", ())).most_common()),
         "mutations": dict(Counter(m for r in results for m in r.get("mutations", ()))
