@@ -21,6 +21,7 @@ from compiler.precheck import kv_dtype, precheck
 from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
+from compiler.validate import rules
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.reading import FileProblem, read_regular
 from schemas.source import decode_utf8
@@ -148,7 +149,8 @@ def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: EmitWorker | None = None) -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
-    the same result). Raises CompileError (exit 2 or 3)."""
+    the same result), then hold what was emitted to the enforced controller-level rules.
+    Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
     inputs = load_inputs(deployment)
     g = build_graph(inputs)
@@ -171,6 +173,9 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
         for name, emit in targets().items():
             if only is None or name in only:
                 artifacts.update(emit(plan))
+    broken = rules.check(plan, artifacts, rules.ENFORCED)
+    if broken:  # the bundle would not start: a rackc defect or inputs the targets cannot serve
+        raise CompileError(broken, exit_code=3)
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
