@@ -59,6 +59,7 @@ class Resolved:
     max_model_len: Choice[int]
     block_size: Choice[int]
     attention_backend: Choice[str]
+    attention_options: Choice[dict[str, str]]  # -ac.KEY=VALUE
     expert_format: Choice[str]
     linear_backend: Choice[str | None]
     draft_moe_backend: Choice[str] | None  # how the draft's experts get their kernels
@@ -211,6 +212,8 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         kv_cache_dtype=kv, max_model_len=length,
         block_size=_block_size(engines, backend.value, s.block_size),
         attention_backend=backend,
+        attention_options=_attention_options(engines, m.attention.kind,
+                                             m.attention.indexer is not None, family, kv.value),
         expert_format=_expert_format(engines, model),
         linear_backend=_linear(engines, m.dtypes.weights, family),
         draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
@@ -278,6 +281,18 @@ def _attention(e: Engines, architecture: str, kind: str, sparse: bool,
     pick = picks.get(architecture) or picks[key]
     value = pick.blackwell if family in BLACKWELL_FAMILY else pick.hopper
     return Choice("serving.attention_backend", value, "catalog", pick.source)
+
+
+def _attention_options(e: Engines, kind: str, sparse: bool, family: str,
+                       kv_dtype: str) -> Choice[dict[str, str]]:
+    a = e.vllm.attention
+    if kind != "mla" or sparse or family not in BLACKWELL_FAMILY:
+        return Choice("serving.attention_options", {}, "default",
+                      "only dense MLA on Blackwell takes the TRT-LLM ragged prefill")
+    facts = [a.dense_mla_prefill_blackwell] + ([a.dense_mla_prefill_fp8_kv]
+                                               if kv_dtype == "fp8" else [])
+    return Choice("serving.attention_options", {k: v for f in facts for k, v in f.value.items()},
+                  "catalog", "; ".join(f.source for f in facts))
 
 
 def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
