@@ -76,6 +76,7 @@ class Serving(Frozen):
     block_size: int  # a multiple of the attention backend's kernel block
     max_model_len: int
     attention_backend: str
+    attention_options: dict[str, str]  # -ac.KEY=VALUE
     linear_backend: str | None
     speculative: Speculative | None
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
