@@ -62,8 +62,8 @@ def with_failures(inputs: Inputs, base: Plan | None, failed: list[str]) -> Input
     down = Unavailable(trays=list(spec.unavailable.trays), gpus=[*spec.unavailable.gpus, *extra])
     hardware = inputs.hardware.model_copy(
         update={"spec": spec.model_copy(update={"unavailable": down})})
-    digest = hashlib.sha256("\0".join([inputs.digest, *extra]).encode()).hexdigest()
-    return replace(inputs, hardware=hardware, digest=digest)
+    digest = hashlib.sha256("\0".join([inputs.resolved.digest, *extra]).encode()).hexdigest()
+    return replace(inputs, hardware=hardware, resolved=replace(inputs.resolved, digest=digest))
 
 
 def check_base(base: Plan, inputs: Inputs, g) -> None:

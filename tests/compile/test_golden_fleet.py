@@ -23,7 +23,7 @@ def summary(plan: Plan) -> str:
                  f"gap {s.placement.gap:g} in {len(s.racks)} rack models")
     for key in ("tokens_per_s_per_user_p90", "ttft_ms_p90", "total_tokens_per_s_per_gpu",
                 "prefix_hit_rate"):
-        lines.append(f"{key}: {plan.predicted[key]:g}")
+        lines.append(f"{key}: {getattr(plan.predicted, key):g}")
     for inst in plan.instances:
         lines.append(f"{rack_of[inst.trays[0]]} {inst.id} {inst.role} {inst.shape} "
                      f"{inst.trays[0]}..{inst.trays[-1]} batch {inst.max_batch}")
