@@ -53,8 +53,9 @@ PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0"
 NOTICE = ("Contains data from NVIDIA AIConfigurator (aiconfigurator-core), Copyright (c) "
           "2025-2026 NVIDIA CORPORATION & AFFILIATES, licensed under the Apache License 2.0 "
-          "(http://www.apache.org/licenses/LICENSE-2.0); converted to rackc's raw format and "
-          "fitted by rackc calibrate --from-aiconfigurator")
+          "(http://www.apache.org/licenses/LICENSE-2.0; the text is in compiler/catalog/"
+          "calibration/AICONFIGURATOR-LICENSE.txt); converted to rackc's raw format and fitted "
+          "by rackc calibrate --from-aiconfigurator")
 # rackc catalog system -> AIConfigurator's system folder
 SYSTEMS = {"hgx-h100": "h100_sxm", "hgx-h200": "h200_sxm", "hgx-b200": "b200_sxm",
            "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}

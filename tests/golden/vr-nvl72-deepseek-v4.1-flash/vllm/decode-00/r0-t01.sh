@@ -15,8 +15,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 64 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 9 \
-  --max-num-batched-tokens 54 \
+  --max-num-seqs 12 \
+  --max-num-batched-tokens 72 \
   --max-model-len 131072 \
   --block-size 64 \
   --gpu-memory-utilization 0.99 \
