@@ -264,7 +264,7 @@ class Step:
 
     def attention_stages(self) -> list[Stage]:
         c, m = self.c, self.m
-        T, H, D = self.tokens, c.hidden, c.head_dim
+        T, D = self.tokens, c.head_dim
         QH, KVH = c.q_heads, c.kv_heads
         L = m.layers
 
@@ -387,7 +387,7 @@ class Step:
 
     def ffn_stages(self) -> list[Stage]:
         c, m = self.c, self.m
-        T, H, K, E, inter = self.tokens, c.hidden, c.top_k, c.experts, c.inter
+        K, E, inter = c.top_k, c.experts, c.inter
         L = m.layers
 
         def moe_only(fn: Stage) -> Stage:

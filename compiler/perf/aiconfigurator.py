@@ -39,9 +39,8 @@ pyarrow); imported only by `rackc calibrate --from-aiconfigurator`.
 
 import hashlib
 import importlib.metadata
-import json
 import importlib.resources
-import math
+import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
