@@ -163,8 +163,10 @@ def metrics(a: Plan, b: Plan, fresh: float | None = None) -> list[str]:
     out = [f"goodput: {a.solver.objective:g} -> {b.solver.objective:g} requests/s" + (
         f" (a fresh compile, moving instances, would reach {fresh:g})"
         if fresh is not None and fresh > b.solver.objective + 1e-6 else "")]
+    pa = a.predicted.model_dump() if a.predicted else {}
+    pb = b.predicted.model_dump() if b.predicted else {}
     for key in METRICS[1:]:
-        va, vb = a.predicted.get(key), b.predicted.get(key)
+        va, vb = pa.get(key), pb.get(key)
         if va is not None or vb is not None:
             out.append(f"{key}: {va} -> {vb}")
     return out

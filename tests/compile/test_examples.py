@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from compiler import api
+from compiler.plan import Predicted
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
 
@@ -31,8 +32,11 @@ def test_every_example_compiles_to_a_valid_plan(path: Path):
 
 def test_vr_shapes_engram_and_memory(vr_plan):
     roles = {(i.role, i.shape) for i in vr_plan.instances}
-    assert {s for r, s in roles if r == "prefill"} == {"DEP2"}
-    assert {s for r, s in roles if r == "decode"} <= {"DEP16", "DEP32"}
+    # Wide expert parallelism in both roles. SYSTEM.md's shapes (DEP16 / DEP32 decode, DEP2
+    # prefill) are searched first; on the GB300-derived curves they reach 371 of this SLO's 387
+    # tokens/s per user (benchmarks/README.md, "Vera Rubin"), so the solver searches every shape.
+    assert {s for r, s in roles if r == "prefill"} <= {"DEP2", "DEP4", "DEP8"}
+    assert {s for r, s in roles if r == "decode"} <= {"DEP16", "DEP32", "DEP64"}
     # vLLM 0.33 has no Engram group across instances: prefill reads host tables, each decode
     # instance shards them over its own GPUs
     assert all(i.engram == ("host" if i.role == "prefill" else "hbm") for i in vr_plan.instances)
@@ -139,7 +143,7 @@ def test_predict_json_keys():
     proc = subprocess.run([sys.executable, "-m", "compiler.cli", "predict", str(VR), "--format",
                            "json"], capture_output=True, text=True, check=False)
     data = json.loads(proc.stdout)
-    assert list(data)[:11] == list(api.PREDICT_KEYS) if hasattr(api, "PREDICT_KEYS") else True
+    assert list(data) == list(Predicted.model_fields)  # the typed prediction, in its order
     for key in ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
                 "tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
                 "ttft_ms_p90", "tpot_ms_p50", "prefix_hit_rate", "tokens_per_s_per_kw",

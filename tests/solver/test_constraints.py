@@ -209,9 +209,11 @@ def test_counts_grow_linearly_with_identical_racks(tmp_path: Path):
                           hardware={"racks": racks, "trays": 4})
         return solve_counts(_problem(path)).objective
 
-    one, five = goodput(1), goodput(5)
-    # at least five racks' worth; a little more where racks can mix patterns to balance roles
-    assert 5 * one * 0.999 <= five <= 5 * one * 1.05
+    one, four, eight = goodput(1), goodput(4), goodput(8)
+    # never less than the racks alone; a lone rack cannot mix packing patterns to balance
+    # prefill and decode, several can, so from a few racks on the growth is linear
+    assert four >= 4 * one * 0.999
+    assert 2 * four * 0.999 <= eight <= 2 * four * 1.02
 
 
 def test_each_rack_is_placed_by_its_own_model(tmp_path: Path):
