@@ -69,7 +69,8 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
         else:
             hi = mid - 1
     step = decode_step(ctx, shape, lo, kv_len).us
-    rps = shape.dp * lo * ctx.acceptance / step * 1e6 / w.osl
+    # a request holds its slot for its decode steps, and at least the one that takes it in
+    rps = shape.dp * lo / (max(1.0, serving.decode_steps(w, ctx)) * step) * 1e6
     return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "")
 
 
