@@ -65,9 +65,3 @@ def calibration(system_name: str) -> dict | None:
     path = calibration_path(system_name)
     return json.loads(path.read_text()) if path.exists() else None
 
-
-@functools.cache
-def serving_calibration() -> dict:
-    """End-to-end parameters fitted to REFERENCE-DATA.md C1 (benchmarks/fit_e2e.py)."""
-    path = calibration_path("serving")
-    return json.loads(path.read_text()) if path.exists() else {}

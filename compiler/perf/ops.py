@@ -31,12 +31,14 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from compiler.catalog.system import System
+from compiler.perf import routing
 
 DTYPES = ("bf16", "fp8", "fp4")
 BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}  # fp4: 4-bit values + one fp8 scale per 16
 PLACEMENTS = ("local", "interleaved", "remote")
 ANY_DTYPE = "any"  # curve key of ops without a dtype (copy)
 TILE = 128  # columns of one CTA output tile: the Hopper/Blackwell CUTLASS default 128x128
+FULL_TILE = 1e12  # `size` of work computed in whole tiles: no small-size loss left to model
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,21 @@ def gemm_work(dtype: str, m: float, n: int, k: int) -> Work:
 
 
 def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
-                      skew: float = 1.0) -> Work:
+                      skew: float = 1.0, tile_rows: int = 0) -> Work:
     """E expert GEMMs [T,K] x [K,N]; with fewer than one token per expert only E*T experts
-    are read. `skew` >= 1 scales every expert's tokens to the busiest one's (critical path)."""
+    are read. `skew` >= 1 scales every expert's tokens to the busiest rank's (critical path).
+    `tile_rows` > 0: tokens arrive by random routing (Poisson per expert) and each expert's
+    rows are computed in M tiles of that many rows (routing.padded_rows); 0: exactly T rows
+    per expert, as measured."""
     t = tokens_per_expert * skew
-    active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
+    active = experts * np.minimum(1.0, t)
     rows = experts * t * (k * _act_bytes(dtype) + n * 2)
-    return Work(2.0 * experts * t * n * k, active * n * k * BYTES[dtype] + rows,
-                size=max(t, 1.0), depth=k, streams=active * math.ceil(n / TILE),
-                free_bytes=rows)
+    if tile_rows:  # whole tiles, each at the curve's full-tile efficiency
+        flops, size = 2.0 * experts * routing.padded_rows(t, tile_rows) * n * k, FULL_TILE
+    else:
+        flops, size = 2.0 * experts * t * n * k, np.maximum(t, 1.0)
+    return Work(flops, active * n * k * BYTES[dtype] + rows, size=size, depth=k,
+                streams=active * math.ceil(n / TILE), free_bytes=rows)
 
 
 def attn_decode_work(dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
@@ -212,12 +220,14 @@ class OpModel:
         return self.time_us("gemm", dtype, gemm_work(dtype, m, n, k), placement)
 
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
-                     skew: float = 1.0, placement: str = "interleaved") -> float:
-        """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest expert's load over the mean,
-        which sets the step's critical path when routing is uneven. No tokens: no launch."""
+                     skew: float = 1.0, placement: str = "interleaved",
+                     tile_rows: int = 0) -> float:
+        """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest rank's load over the mean,
+        which sets the step's critical path when routing is uneven; `tile_rows`: see
+        grouped_gemm_work. No tokens: no launch."""
         if tokens_per_expert <= 0:
             return 0.0
-        work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew)
+        work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew, tile_rows)
         return self.time_us("grouped_gemm", dtype, work, placement)
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,

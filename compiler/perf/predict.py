@@ -65,8 +65,7 @@ def context(inputs: Inputs, engram_gpus: int) -> PerfContext:
         model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
         kv_dtype=kv_dtype(inputs), draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
-        engram_gpus=max(1, engram_gpus), nic_gbps=hw.nic_gbps_per_gpu,
-        ep_moe_slowdown=catalog.serving_calibration().get("ep_moe_slowdown", {}).get("value", 1.0))
+        engram_gpus=max(1, engram_gpus), nic_gbps=hw.nic_gbps_per_gpu)
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from compiler import arch
-from compiler.perf import comm
+from compiler.perf import comm, routing
 from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
 from compiler.shapes import Shape
 
@@ -178,6 +178,10 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
     kv_len = w.isl + w.osl / 2
     chunk = _prefill_time(g, new, cached)
     per_token = chunk.us / g.max_batched_tokens  # us of a rank per prompt token in a chunk
+    # with data-parallel attention the ranks meet at every MoE layer, so a step lasts as long
+    # as its busiest rank's prompt chunks; only the expert GEMMs are shared out evenly
+    spread = chunk.breakdown.get("moe_experts", 0.0) / g.max_batched_tokens \
+        if g.shape.dp > 1 else per_token
     steps = decode_steps(w, ctx)
 
     def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
@@ -185,11 +189,17 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         prefill utilisation, rate limit per rank) at `s.rate` per rank, `s.batch` decoding."""
         shared = _decode_share(g, s.batch, kv_len)
         budget = max(1.0, g.max_batched_tokens - s.batch * (1 + ctx.draft_tokens))
-        busy = min(s.rate * new * per_token, MAX_UTILISATION)  # share of time prefilling
+        mean_busy = min(s.rate * new * per_token, MAX_UTILISATION)
+        # chunks per rank per step; a step that carries a chunk lasts at least that chunk
+        step_us = max(shared.us / (1 - mean_busy), min(new, budget) * per_token)
+        chunks = s.rate * step_us * math.ceil(max(new, 1.0) / budget)
+        busiest = routing.busiest_of_poisson(chunks, g.shape.dp)
+        cost = spread + (per_token - spread) * busiest  # us of a step per prompt token
+        busy = min(s.rate * new * cost, MAX_UTILISATION)  # share of time prefilling
         step = _decode_time(g, max(s.batch, 1.0), kv_len)
         step.add("prefill_chunks", step.us * busy / (1 - busy))
         # the prefill server: up to `budget` prompt tokens per mixed step
-        capacity = budget / (shared.us + budget * per_token)  # prompt tokens per us
+        capacity = budget / (shared.us + budget * cost)  # prompt tokens per us
         rho = s.rate * new / capacity
         limit = MAX_UTILISATION * capacity / max(new, 1.0)
 
@@ -197,8 +207,9 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
             return math.ceil(max(tokens, 1.0) / budget) * shared.us + tokens * per_token
 
         s50, s90 = service(new), service(new * (1 + Z90 * w.isl_cv))
-        ttft50 = s50 + queue_wait(rho, s50, 0.5)
-        ttft90 = s90 + queue_wait(rho, s50, 0.9)
+        ahead = max(0.0, w.concurrency - 1) / ranks * s50  # a closed loop queues no more
+        ttft50 = s50 + min(queue_wait(rho, s50, 0.5), ahead)
+        ttft90 = s90 + min(queue_wait(rho, s50, 0.9), ahead)
         return step, steps * step.us, ttft50, ttft90, rho, limit
 
     state = _State(rate=0.0, batch=min(w.concurrency / ranks, g.max_batch))
