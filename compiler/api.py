@@ -3,8 +3,7 @@
 
 import itertools
 import time
-from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -15,7 +14,7 @@ from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
-from compiler.perf.predict import Layout, curve, predict_layout, prediction_json, workload
+from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import Instance, Plan, dump_plan, load_plan
 from compiler.precheck import kv_dtype, precheck
 from compiler.shapes import parse_shape
@@ -110,7 +109,6 @@ def _mem(m: object) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in m.model_dump().items() if v)
 
 
-UNBOUNDED_CONCURRENCY = 1e9
 
 
 @dataclass(frozen=True)
@@ -122,23 +120,12 @@ class CompileResult:
 
 def layouts(instances: list[Instance]) -> list[Layout]:
     """Instances grouped by (role, shape, batch limits) for the perf model."""
-    counts = Counter((i.role, i.shape, i.max_batch, i.max_batched_tokens) for i in instances)
-    return [Layout(role, parse_shape(shape), n, batch,
-                   tokens if role == "prefill" else None)
-            for (role, shape, batch, tokens), n in sorted(counts.items())]
+    return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
+                           for i in instances)
 
 
 def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) -> dict:
-    """Metrics at the operating point: in throughput mode, unless the user fixed the
-    concurrency, demand is unbounded and admission stops at the SLO goodput."""
-    groups = layouts(instances)
-    w = workload(inputs)
-    if inputs.deployment.spec.objective.mode == "throughput" and \
-            inputs.deployment.spec.workload.concurrency is None:
-        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
-    data = prediction_json(predict_layout(inputs, groups, w, max_requests_per_s=goodput))
-    data["curve"] = curve(inputs, groups)
-    return data
+    return operating_point(inputs, layouts(instances), goodput)
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,

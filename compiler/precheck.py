@@ -6,14 +6,16 @@ decode: over the instance's own GPUs), plus workspace, against usable HBM.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from compiler import arch, graph
+from compiler import arch
 from compiler.load import Inputs
 from compiler.memory import gpu_memory
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 ROLES = ("prefill", "decode")
 
@@ -57,9 +59,15 @@ def uses_draft(inputs: Inputs) -> bool:
     return bool(spec and spec.method in ("mtp", "dspark"))
 
 
-def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
+def precheck(inputs: Inputs, g: "nx.Graph") -> Precheck:
+    from compiler import graph
+
+    return precheck_counts(inputs, len(graph.available_gpus(g)))
+
+
+def precheck_counts(inputs: Inputs, available: int) -> Precheck:
+    """`precheck` given the number of available GPUs (no topology graph needed)."""
     model, system = inputs.model.spec, inputs.system
-    available = len(graph.available_gpus(g))
     engram_hbm = inputs.deployment.spec.serving.engram_placement == "hbm"
     capacity = system.gpu.hbm_gib.value
     fits = []

@@ -28,8 +28,6 @@ other-domain data at the system's `hbm_interleaved_factor` / `hbm_remote_factor`
 import math
 from dataclasses import dataclass, field, fields
 
-import numpy as np
-
 from compiler.catalog.system import System
 from compiler.perf import routing
 
@@ -78,14 +76,32 @@ class Curve:
     def memory_eff(self, streams: float) -> float:
         if not self.streams_full:
             return self.e_mem
-        return self.e_mem * np.minimum(1.0, streams / self.streams_full)
+        return self.e_mem * _minimum(1.0, streams / self.streams_full)
 
     def time_us(self, work: Work, flops_per_us: float, hbm_bytes_per_us: float) -> float:
         compute = work.flops / (flops_per_us * self.compute_eff(work.size, work.depth))
         limited = work.nbytes - work.free_bytes
         memory = (limited / (hbm_bytes_per_us * self.memory_eff(work.streams))
                   + work.free_bytes / (hbm_bytes_per_us * self.e_mem))
-        return self.overhead_us + np.maximum(compute, memory)
+        return self.overhead_us + _maximum(compute, memory)
+
+
+def _minimum(a, b):
+    """Elementwise for the fitter's numpy arrays, plain (and fast, with no numpy import) for
+    the predictor's floats."""
+    if hasattr(a, "__array__") or hasattr(b, "__array__"):
+        import numpy as np
+
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+def _maximum(a, b):
+    if hasattr(a, "__array__") or hasattr(b, "__array__"):
+        import numpy as np
+
+        return np.maximum(a, b)
+    return max(a, b)
 
 
 CURVE_FIELDS = tuple(f.name for f in fields(Curve))
@@ -124,12 +140,12 @@ def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int
     rows are computed in M tiles of that many rows (routing.padded_rows); 0: exactly T rows
     per expert, as measured."""
     t = tokens_per_expert * skew
-    active = experts * np.minimum(1.0, t)
+    active = experts * _minimum(1.0, t)
     rows = experts * t * (k * _act_bytes(dtype) + n * 2)
     if tile_rows:  # whole tiles, each at the curve's full-tile efficiency
         flops, size = 2.0 * experts * routing.padded_rows(t, tile_rows) * n * k, FULL_TILE
     else:
-        flops, size = 2.0 * experts * t * n * k, np.maximum(t, 1.0)
+        flops, size = 2.0 * experts * t * n * k, _maximum(t, 1.0)
     return Work(flops, active * n * k * BYTES[dtype] + rows, size=size, depth=k,
                 streams=active * math.ceil(n / TILE), free_bytes=rows)
 

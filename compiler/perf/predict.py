@@ -2,6 +2,8 @@
 the serving metrics out. The solver calls the same functions to rank layouts."""
 
 import functools
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
 from compiler import arch, catalog
@@ -18,11 +20,12 @@ from compiler.perf.serving import (
 )
 from compiler.perf.step import PerfContext
 from compiler.precheck import kv_dtype, max_model_len, uses_draft
-from compiler.shapes import Shape
+from compiler.shapes import Shape, parse_shape
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
 MAX_DECODE_BATCH = 1024  # assumed: beyond this vLLM's scheduler and graphs stop paying off
+UNBOUNDED_CONCURRENCY = 1e9  # throughput mode without a stated concurrency: demand unbounded
 PREDICT_KEYS = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
                 "tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
                 "ttft_ms_p90", "tpot_ms_p50", "prefix_hit_rate", "tokens_per_s_per_kw",
@@ -165,3 +168,23 @@ def prediction_json(p: Prediction) -> dict:
     ordered = {k: data[k] for k in PREDICT_KEYS}
     ordered.update({k: v for k, v in data.items() if k not in ordered})
     return ordered
+
+
+def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layout]:
+    """(role, shape name, max batch, max batched tokens) per instance, grouped and counted."""
+    counts = Counter(instances)
+    return [Layout(role, parse_shape(shape), n, batch, tokens if role == "prefill" else None)
+            for (role, shape, batch, tokens), n in sorted(counts.items())]
+
+
+def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None) -> dict:
+    """The plan's `predicted` block: metrics at the operating point and the curve. In
+    throughput mode, unless the user fixed the concurrency, demand is unbounded and admission
+    stops at the SLO goodput."""
+    w = workload(inputs)
+    if inputs.deployment.spec.objective.mode == "throughput" and \
+            inputs.deployment.spec.workload.concurrency is None:
+        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    data = prediction_json(predict_layout(inputs, plan, w, max_requests_per_s=goodput))
+    data["curve"] = curve(inputs, plan)
+    return data

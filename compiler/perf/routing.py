@@ -38,8 +38,8 @@ def _binomial_cdf_terms(n: int, p: float) -> tuple[int, list[float]]:
 def _normal_max(ranks: int) -> float:
     """E[max of `ranks` independent standard normals], by the trapezoid rule on
     E[max] = integral of (1[x > 0] - P(max <= x)) dx."""
-    dx, total = 1e-3, 0.0
-    for i in range(-8000, 8001):
+    dx, total = 4e-3, 0.0
+    for i in range(-2000, 2001):
         x = i * dx
         below = (0.5 * math.erfc(-x / math.sqrt(2))) ** ranks
         total += ((1.0 if x > 0 else 0.0) - below) * dx
@@ -91,6 +91,13 @@ def _busiest_of_poisson(mean_milli: int, ranks: int) -> float:
 @functools.lru_cache(maxsize=4096)
 def _padded_rows(mean_milli: int, tile: int) -> float:
     lam = mean_milli / 1000
+    if lam > NORMAL_FROM_MEAN:  # X ~ N(lam, lam): E[ceil(X / tile)] = sum_j P(X > j * tile)
+        sd = math.sqrt(lam)
+        first = max(0, int((lam - SPAN_SIGMAS * sd) / tile))
+        last = int((lam + SPAN_SIGMAS * sd) / tile) + 1
+        tiles = first + sum(0.5 * math.erfc((j * tile + 0.5 - lam) / (sd * math.sqrt(2)))
+                            for j in range(first, last + 1))
+        return tiles * tile
     hi = int(lam + SPAN_SIGMAS * math.sqrt(lam) + tile) + 1
     log_lam = math.log(lam)
     # E[ceil(X / tile)] over X ~ Poisson(lam)

@@ -16,6 +16,7 @@ from compiler.shapes import Shape
 
 Z90 = 1.2816  # standard normal 90th percentile
 MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
+SETTLED = 1e-6  # fixed points stop when rate and batch move by less than this share
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,13 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     d_ranks = sum(g.ranks for g in decode)
     max_slots = sum(g.ranks * g.max_batch for g in decode)
 
+    seen: dict[float, tuple[float, dict[int, StepTime]]] = {}
+
     def decode_at(batch: float) -> tuple[float, dict[int, StepTime]]:
-        steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
-        slowest = max(s.us for s in steps.values())
-        return slowest, steps
+        if batch not in seen:
+            steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
+            seen[batch] = max(s.us for s in steps.values()), steps
+        return seen[batch]
 
     transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
 
@@ -146,10 +150,13 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         slots = max_slots / decode_us if decode_us > 0 else float("inf")
         cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
         rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
-        batch = min(rate * decode_us / max(d_ranks, 1), max(g.max_batch for g in decode))
-        nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
-        settled = abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12)
-        if settled and abs(nxt.batch - state.batch) < 1e-6:
+        top = max(g.max_batch for g in decode)
+        batch = min(rate * decode_us / max(d_ranks, 1), top)
+        # a batch held at its limit is taken as is (no damping): its step is then reused
+        nxt = _State(0.5 * state.rate + 0.5 * rate,
+                     batch if batch == top else 0.5 * state.batch + 0.5 * batch)
+        settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12)
+        if settled and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0):
             break
         state = nxt
     _, steps = decode_at(state.batch)
@@ -220,8 +227,8 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
                    rate_cap / ranks)
         batch = min(rate * decode_us, g.max_batch)
         nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
-        settled = abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12) \
-            and abs(nxt.batch - state.batch) < 1e-6
+        settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12) \
+            and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0)
         state = nxt
         if settled:
             break

@@ -13,7 +13,7 @@ from compiler.load import Inputs
 from compiler.memory import gpu_memory
 from compiler.precheck import kv_dtype, max_model_len, uses_draft
 from compiler.shapes import Shape
-from compiler.solve.candidates import Candidate
+from compiler.perf.capacity import Candidate
 
 SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
 

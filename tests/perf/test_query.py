@@ -164,3 +164,9 @@ def test_rackc_perf_ops_as_a_process():
     assert proc.stderr.startswith("error[E601] <stdin>:2 m: expected positive integer")
     assert "got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_perf_ops_help_names_every_op():
+    """`rackc perf ops --help` lists the ops without importing the query module."""
+    from compiler.perf import commands, query
+    assert commands.OPS == tuple(query.FORMS)

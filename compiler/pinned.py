@@ -1,0 +1,47 @@
+"""`rackc predict` of a pinned layout without the solver, the lowering or any emitter.
+
+A pinned layout fixes the instance counts; where on the GPUs they go does not change what the
+perf model predicts (it depends on the shapes, counts and batch limits only), so this path
+loads, prechecks and predicts, importing neither OR-Tools, networkx nor the targets. When the pins
+might not fit (more GPUs pinned than available, or GPUs marked unavailable) it returns None
+and the caller compiles in full, so a placement that cannot hold is still reported.
+"""
+
+from pathlib import Path
+
+from compiler.load import layout, load_inputs
+from compiler.perf.capacity import pinned_candidate
+from compiler.perf.predict import grouped_layouts, operating_point, pool_tokens, workload
+from compiler.perf.serving import prefix_hit_rate
+from compiler.precheck import precheck_counts
+from compiler.shapes import parse_shape
+from schemas.diagnostics import CompileError
+
+
+def predict_pinned(deployment: Path) -> dict | None:
+    """The plan's `predicted` block for a pinned deployment, as `compile` computes it; None
+    when the deployment is not pinned or its placement needs the solver to be checked."""
+    inputs = load_inputs(deployment)
+    objective = inputs.deployment.spec.objective
+    unavailable = inputs.hardware.spec.unavailable
+    if objective.mode != "pinned" or unavailable.trays or unavailable.gpus:
+        return None
+    racks, trays = layout(inputs.hardware, inputs.system)
+    available = racks * trays * inputs.system.gpus_per_tray  # none marked unavailable
+    pre = precheck_counts(inputs, available)
+    if not pre.ok:
+        raise CompileError(pre.diagnostics, exit_code=3)
+    pins = [(entry.role, parse_shape(entry.shape), entry.count) for entry in objective.instances]
+    if sum(shape.gpus * count for _, shape, count in pins) > available:
+        return None
+    w = workload(inputs)
+    hit = prefix_hit_rate(w, pool_tokens(inputs, []))
+    guess = max(1, available // 2)  # as the solver's problem builder guesses it
+    found = {}
+    instances = []
+    for role, shape, count in pins:
+        c = found.get((role, shape.name))
+        if c is None:
+            c = found[(role, shape.name)] = pinned_candidate(inputs, role, shape, w, hit, guess)
+        instances += [(role, shape.name, c.max_batch, c.max_batched_tokens)] * count
+    return operating_point(inputs, grouped_layouts(instances), None)
