@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from compiler import arch, graph
+from compiler.balance import balance
 from compiler.decisions import decisions
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
@@ -142,9 +143,16 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
     draft = lower(inputs, g, sol, {}, [])
+    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
+    metrics = predicted(inputs, draft.instances, goodput)
+    if goodput is not None:
+        supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
+        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+                      layouts(draft.instances))
+        if why:
+            metrics["balance"] = why
     plan = draft.model_copy(update={
-        "predicted": predicted(inputs, draft.instances, None if sol.problem.mode == "pinned"
-                               else sol.counts.objective),
+        "predicted": metrics,
         "decisions": decisions(inputs, sol, draft.instances)})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}

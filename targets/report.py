@@ -40,6 +40,7 @@ def performance_md(plan: Plan) -> str:
     for i in plan.instances:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
+    lines += _balance_lines(p.get("balance"))
     for phase in ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
         total = sum(steps.values()) or 1.0
@@ -48,6 +49,26 @@ def performance_md(plan: Plan) -> str:
         for op, us in sorted(steps.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {op} | {us:,.1f} | {100 * us / total:.1f}% |")
     return "\n".join(lines) + "\n"
+
+
+def _balance_lines(b: dict | None) -> list[str]:
+    """Why the counts (compiler/balance.py): the binding role and what the spare buys."""
+    if not b:
+        return []
+    bind = b["binding_role"]
+    other = "prefill" if bind == "decode" else "decode"
+    lines = ["", "## Why this layout", "",
+             f"Goodput is bound by {bind}: its instances sustain "
+             f"{b['binding_supply_requests_per_s']:g} requests/s at the SLO. One more {bind} "
+             f"instance would leave GPUs for only "
+             f"{b['one_more_binding_instance_goodput']:g} requests/s of {other}, so the rest of "
+             f"the GPUs serve {other}; of its instances {b[f'{other}_instances_needed']} carry "
+             f"the goodput and {b[f'{other}_instances_spare']} are spare."]
+    if "ttft_ms_p90_with_spare" in b:
+        lines += ["", f"| with the spare {other} | with | without |", "|---|---|---|"]
+        for key in ("ttft_ms_p50", "ttft_ms_p90", "prefill_utilisation", "prefix_hit_rate"):
+            lines.append(f"| {key} | {b[key + '_with_spare']:g} | {b[key + '_without_spare']:g} |")
+    return lines
 
 
 def _png(fig) -> bytes:

@@ -181,10 +181,17 @@ def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None) -
     """The plan's `predicted` block: metrics at the operating point and the curve. In
     throughput mode, unless the user fixed the concurrency, demand is unbounded and admission
     stops at the SLO goodput."""
+    w = operating_workload(inputs)
+    data = prediction_json(predict_layout(inputs, plan, w, max_requests_per_s=goodput))
+    data["curve"] = curve(inputs, plan)
+    return data
+
+
+def operating_workload(inputs: Inputs) -> Workload:
+    """The workload at the operating point: in throughput mode without a stated concurrency
+    demand is unbounded (admission stops at the goodput)."""
     w = workload(inputs)
     if inputs.deployment.spec.objective.mode == "throughput" and \
             inputs.deployment.spec.workload.concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
-    data = prediction_json(predict_layout(inputs, plan, w, max_requests_per_s=goodput))
-    data["curve"] = curve(inputs, plan)
-    return data
+    return w

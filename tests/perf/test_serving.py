@@ -61,3 +61,41 @@ def test_aggregated_ttft_queues_with_load(h200):
     assert heavy.prefill_utilisation > light.prefill_utilisation
     assert heavy.ttft_ms_p50 > 2 * light.ttft_ms_p50
     assert heavy.ttft_ms_p90 >= heavy.ttft_ms_p50
+
+
+VR = Path(__file__).resolve().parents[2] / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+
+
+def test_agentx_hit_rate_holds_with_the_rack_pool():
+    """SYSTEM.md's source material: AgentX prefix hits stay at 96.5-97% at very high
+    concurrency with the rack-wide pool. The pool holds the sessions' working set (and four
+    times as many sessions), so the hit rate is the trace's reusable share; a pool smaller
+    than the working set loses hits in proportion."""
+    from compiler.perf.predict import pool_tokens
+    inputs = load_inputs(VR / "deployment.yaml")
+    w = workload(inputs)
+    plan = [Layout("decode", parse_shape("DEP32"), 2), Layout("prefill", parse_shape("DEP2"), 4)]
+    pool = pool_tokens(inputs, groups(inputs, plan, w))
+    assert 0.965 <= serving.prefix_hit_rate(w, pool) <= 0.97
+    assert 0.965 <= serving.prefix_hit_rate(replace(w, sessions=4 * w.sessions), pool) <= 0.97
+    working_set = w.sessions * w.shared_prefix_tokens
+    assert serving.prefix_hit_rate(w, working_set / 2) == pytest.approx(w.prefix_reuse / 2)
+
+
+def test_balance_says_what_spare_prefill_buys():
+    """One DEP32 decode bound by its supply, 20 DEP2 prefill where 5 would carry it: the
+    spare lowers prefill utilisation and TTFT."""
+    from types import SimpleNamespace
+
+    from compiler.balance import balance
+    inputs = load_inputs(VR / "deployment.yaml")
+    plan = [Layout("decode", parse_shape("DEP32"), 1), Layout("prefill", parse_shape("DEP2"), 20)]
+    instances = [SimpleNamespace(role="decode", shape="DEP32")] \
+        + [SimpleNamespace(role="prefill", shape="DEP2")] * 20
+    b = balance(inputs, instances, {"decode:DEP32": 400.0, "prefill:DEP2": 90.0}, 400.0, 72,
+                plan)
+    assert b["binding_role"] == "decode"
+    assert b["one_more_binding_instance_goodput"] == pytest.approx(4 * 90.0)
+    assert (b["prefill_instances_needed"], b["prefill_instances_spare"]) == (5, 15)
+    assert b["prefill_utilisation_with_spare"] < b["prefill_utilisation_without_spare"]
+    assert b["ttft_ms_p90_with_spare"] < b["ttft_ms_p90_without_spare"]
