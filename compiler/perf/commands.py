@@ -26,7 +26,8 @@ def cmd_perf_ops(args: argparse.Namespace) -> int:
     except calibrate.CalibrationError as exc:
         sys.stderr.write(exc.diagnostic.render() + "\n")
         return 2
-    model = op_model(system, catalog.calibration(system.name))
+    model = op_model(system, catalog.calibration(system.name),
+                     catalog.floors(system.name)["floors"])
     # Undecodable bytes become U+FFFD, so such a line is reported as bad JSON, not a crash.
     stdin = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
              if hasattr(sys.stdin, "buffer") else sys.stdin)

@@ -203,6 +203,7 @@ class OpModel:
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)  # op -> dtype -> curve
     source: str = "defaults (REFERENCE-DATA.md D)"
     bw_scale: float = 1.0  # <1 when an op only reaches part of the GPU's HBM (remote domain)
+    floors: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> dtype -> us
 
     def curve(self, op: str, dtype: str) -> Curve:
         """The op's curve for `dtype`; fp4 falls back to fp8 (same MMA path on fp8 hardware,
@@ -227,9 +228,29 @@ class OpModel:
     def roofline_us(self, flops: float, nbytes: float, dtype: str) -> float:
         return max(flops / (self.peak_tflops(dtype) * 1e6), nbytes / self.hbm_bytes_per_us())
 
+    def floor_us(self, op: str, dtype: str = ANY_DTYPE) -> float | None:
+        """The op's measured per-call floor under CUDA graphs (floors.py), with the curves'
+        dtype fallbacks; None when not measured."""
+        for name in (op, KINDRED.get(op)):
+            by_dtype = self.floors.get(name or "", {})
+            for key in (dtype, "fp8" if dtype == "fp4" else dtype, "bf16", ANY_DTYPE):
+                if key in by_dtype:
+                    return by_dtype[key]
+        return None
+
+    def kernel_floor(self, kernel: str) -> float:
+        """A small elementwise kernel's cost: its measured floor, else a copy's."""
+        floor = self.floor_us(kernel, "bf16")
+        return floor if floor is not None else self.copy(0)
+
     def time_us(self, op: str, dtype: str, work: Work, placement: str = "interleaved") -> float:
+        """The curve's time, its fitted overhead replaced by the op's measured floor where the
+        calibration has one (the fixed cost of one call inside a CUDA graph)."""
         peak = self.peak_tflops("bf16" if dtype == ANY_DTYPE else dtype) * 1e6
-        return float(self.curve(op, dtype).time_us(work, peak, self.hbm_bytes_per_us(placement)))
+        curve = self.curve(op, dtype)
+        t = float(curve.time_us(work, peak, self.hbm_bytes_per_us(placement)))
+        floor = self.floor_us(op, dtype) if self.floors else None
+        return t if floor is None else t - curve.overhead_us + floor
 
     def gemm(self, dtype: str, m: int, n: int, k: int, placement: str = "interleaved") -> float:
         """y[M,N] = x[M,K] @ W[N,K]^T; activations in the weight dtype (fp4: fp8 activations)."""
@@ -282,10 +303,13 @@ def curve_from_dict(data: dict) -> Curve:
     return Curve(**{name: float(value) for name, value in data.items()})
 
 
-def op_model(system: System, calibration: dict | None) -> OpModel:
-    """The op model of a system from its (or the H200's) calibration file, or defaults."""
+def op_model(system: System, calibration: dict | None,
+             floors: dict[str, dict[str, float]] | None = None) -> OpModel:
+    """The op model of a system from its (or the H200's) calibration file, or defaults;
+    `floors` (op -> dtype -> us) replaces the curves' fitted per-call overheads."""
     if not calibration:
-        return OpModel(system)
+        return OpModel(system, floors=floors or {})
     curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
-    return OpModel(system, curves, calibration.get("source", "calibration"))
+    return OpModel(system, curves, calibration.get("source", "calibration"),
+                   floors=floors or {})

@@ -58,7 +58,8 @@ def workload(inputs: Inputs) -> Workload:
 
 @functools.cache
 def system_ops(system_name: str) -> OpModel:
-    return op_model(catalog.system(system_name), catalog.calibration(system_name))
+    return op_model(catalog.system(system_name), catalog.calibration(system_name),
+                    catalog.floors(system_name)["floors"])
 
 
 def context(inputs: Inputs, engram_gpus: int) -> PerfContext:

@@ -26,7 +26,6 @@ DECODE_EXPERT_TILE_ROWS = 64
 # DeepEP's normal (prefill) kernels take 20 SMs by default (deepseek-ai/DeepEP@dd758ca,
 # deep_ep/buffers/legacy.py `Buffer.num_sms = 20`); compute overlapped with them runs on the rest
 COMM_SMS = 20
-GLUE_KERNELS = 6  # assumed: norms+residual x2, activation, top-k+softmax, expert sort, KV write
 ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
 
 
@@ -233,13 +232,19 @@ def _glue_us(ctx: PerfContext, tokens: int) -> float:
     """The elementwise work around a layer's GEMMs that the ops above leave out: RMSNorms and
     residual adds (fused: ~10 hidden-wide bf16 reads and writes per token), and for MoE the
     SiLU x mul on each routed copy's intermediate plus the permute / un-permute of the routed
-    copies; run as a few fused kernels, each with a copy kernel's launch floor. Whole-step
-    measurements on our H200 show this glue is real (benchmarks/README.md, step accuracy)."""
+    copies; run as a few fused kernels, each at its measured CUDA-graph floor (floors.py).
+    Whole-step measurements on our H200 show this glue is real (benchmarks/README.md)."""
     m = ctx.model
     nbytes = tokens * m.hidden_size * 2 * 10
     if m.moe:
         nbytes += tokens * m.moe.top_k * (3 * m.moe.expert_intermediate + 4 * m.hidden_size) * 2
-    return ctx.ops.copy(nbytes) + (GLUE_KERNELS - 1) * ctx.ops.copy(0)
+    ops = ctx.ops
+    # one fused pass streams the bytes; the other kernels cost their CUDA-graph floors: the
+    # second add + RMSNorm, SiLU x mul, the KV write, and for MoE top-k + softmax and the sort
+    kernels = ops.kernel_floor("add_rms_norm") + ops.kernel_floor("silu_mul") + ops.copy(0)
+    if m.moe:
+        kernels += ops.kernel_floor("topk_softmax") + ops.copy(0)
+    return ops.copy(nbytes) + kernels
 
 
 def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:

@@ -14,7 +14,8 @@ from compiler import catalog
 from compiler.perf import commands, query
 from compiler.perf.ops import op_model
 
-MODEL = op_model(catalog.system("hgx-h200"), catalog.calibration("hgx-h200"))
+MODEL = op_model(catalog.system("hgx-h200"), catalog.calibration("hgx-h200"),
+                 catalog.floors("hgx-h200")["floors"])
 
 GOOD = [
     {"op": "gemm", "dtype": "bf16", "m": 128, "n": 4096, "k": 7168},
