@@ -301,6 +301,16 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",
                          "set `dram: true`: the HBM segments join the DRAM store"))
+    limits: dict[tuple[str, str], tuple] = {}
+    for j, pin in enumerate(dep.spec.objective.instances):
+        mine = (pin.max_batch, pin.max_batched_tokens)
+        if limits.setdefault((pin.role, pin.shape), mine) != mine:
+            out.append(_diag(src, ("spec", "objective", "instances", j), "E105",
+                             f"the batch limits of the other {pin.role} {pin.shape} entry",
+                             f"max_batch {pin.max_batch}, max_batched_tokens "
+                             f"{pin.max_batched_tokens}",
+                             "instances of one role and shape share one engine "
+                             "configuration: give them the same limits, or merge the entries"))
     return out
 
 

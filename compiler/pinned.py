@@ -31,17 +31,18 @@ def predict_pinned(deployment: Path) -> dict | None:
     pre = precheck_counts(inputs, available)
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
-    pins = [(entry.role, parse_shape(entry.shape), entry.count) for entry in objective.instances]
-    if sum(shape.gpus * count for _, shape, count in pins) > available:
+    pins = [(e, parse_shape(e.shape)) for e in objective.instances]
+    if sum(shape.gpus * e.count for e, shape in pins) > available:
         return None
     w = workload(inputs)
     hit = prefix_hit_rate(w, pool_tokens(inputs, []))
     guess = max(1, available // 2)  # as the solver's problem builder guesses it
     found = {}
     instances = []
-    for role, shape, count in pins:
-        c = found.get((role, shape.name))
+    for e, shape in pins:
+        c = found.get((e.role, shape.name))
         if c is None:
-            c = found[(role, shape.name)] = pinned_candidate(inputs, role, shape, w, hit, guess)
-        instances += [(role, shape.name, c.max_batch, c.max_batched_tokens)] * count
+            c = found[(e.role, shape.name)] = pinned_candidate(
+                inputs, e.role, shape, w, hit, guess, e.max_batch, e.max_batched_tokens)
+        instances += [(e.role, shape.name, c.max_batch, c.max_batched_tokens)] * e.count
     return operating_point(inputs, grouped_layouts(instances), None)

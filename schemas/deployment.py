@@ -31,6 +31,10 @@ class Workload(StrictModel):
     profile: Literal["fixed", "chat", "agentx"]
     isl: count(TOKENS) | None = Field(None, description="Mean input tokens per request")
     osl: count(TOKENS) | None = Field(None, description="Mean output tokens per request")
+    isl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
+        None, description="Coefficient of variation of input lengths (0: all alike)")
+    osl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
+        None, description="Coefficient of variation of output lengths (0: all alike)")
     concurrency: count(1 << 20) | None = Field(None, description="Requests in flight")
     prefix_reuse: Fraction | None = Field(
         None, description="Share of input tokens that repeat an earlier request's prefix"
@@ -45,6 +49,12 @@ class PinnedInstances(StrictModel):
     role: Role
     shape: str = Field(pattern=SHAPE)
     count: int = Field(ge=1, le=4608, description="Instances (at most the GPUs of 64 NVL72 racks)")
+    max_batch: Annotated[int, Field(ge=1, le=1 << 16)] | None = Field(
+        None, description="Requests per DP rank (vLLM --max-num-seqs); default: what the KV "
+                          "holds (decode, up to 1,024) or 64 (prefill)")
+    max_batched_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = Field(
+        None, description="Tokens per DP rank per step (vLLM --max-num-batched-tokens); "
+                          "default: the best prefill chunk, or the decode batch's tokens")
 
 
 ShapeName = Annotated[str, Field(pattern=SHAPE)]

@@ -7,7 +7,7 @@ within its SLO. Used by the solver's candidates and by `rackc predict` of a pinn
 (which needs no solver).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.load import Inputs
 from compiler.perf import serving
@@ -15,6 +15,7 @@ from compiler.perf.predict import (
     MAX_DECODE_BATCH,
     PREFILL_CHUNK_TOKENS,
     PREFILL_MAX_SEQS,
+    aggregated_budget,
     context,
     kv_capacity_requests,
 )
@@ -47,9 +48,8 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
                      enforce_slo: bool = True) -> Candidate:
     slo = inputs.deployment.spec.slo
     ctx = context(inputs, shape.gpus)
-    cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, shape, "decode", shape.gpus, w))
-    if batch_cap is not None:
-        cap = min(cap, batch_cap)
+    kv = kv_capacity_requests(inputs, shape, "decode", shape.gpus, w)
+    cap = min(MAX_DECODE_BATCH, kv) if batch_cap is None else min(kv, batch_cap)
     kv_len = w.isl + w.osl / 2
     p50, p90 = slo.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p90
     if not enforce_slo:
@@ -120,11 +120,16 @@ def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
 
 
 def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: float,
-                     guess: int) -> Candidate:
-    """A pinned entry's batch limits: prefill at its best chunk, decode (and aggregated) at
-    the largest batch its KV holds, the SLO not enforced."""
+                     guess: int, max_batch: int | None = None,
+                     max_batched_tokens: int | None = None) -> Candidate:
+    """A pinned entry's batch limits: the user's where given; else prefill at its best chunk,
+    decode (and aggregated) at the largest batch its KV holds, the SLO not enforced."""
     if role == "prefill":
-        return prefill_candidate(inputs, shape, w, hit, guess)
-    c = decode_candidate(inputs, shape, w, None, enforce_slo=False)
-    return Candidate(role, c.shape, c.requests_per_s, c.max_batch, c.max_batched_tokens,
-                     c.step_us, c.why_not)
+        c = _prefill_at(inputs, shape, w, hit, guess, max_batched_tokens) \
+            if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
+        return replace(c, max_batch=max_batch) if max_batch else c
+    c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
+    tokens = max_batched_tokens or c.max_batched_tokens
+    if role == "aggregated" and not max_batched_tokens:
+        tokens = aggregated_budget(c.max_batched_tokens)
+    return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us, c.why_not)

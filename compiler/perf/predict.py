@@ -50,8 +50,8 @@ def workload(inputs: Inputs) -> Workload:
         given = getattr(o, name)
         return given if given is not None else getattr(p, name).value
 
-    return Workload(isl=pick("isl"), osl=pick("osl"), isl_cv=p.isl_cv.value,
-                    osl_cv=p.osl_cv.value, concurrency=pick("concurrency"),
+    return Workload(isl=pick("isl"), osl=pick("osl"), isl_cv=pick("isl_cv"),
+                    osl_cv=pick("osl_cv"), concurrency=pick("concurrency"),
                     prefix_reuse=pick("prefix_reuse"),
                     shared_prefix_tokens=pick("shared_prefix_tokens"), sessions=pick("sessions"))
 
@@ -93,14 +93,19 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
             out.append(Group("prefill", x.shape, x.count, x.max_batch or PREFILL_MAX_SEQS,
                              x.max_batched_tokens or PREFILL_CHUNK_TOKENS, ctx))
             continue
-        cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, x.shape, x.role,
-                                                         engram_gpus, w))
-        batch = max(1, min(x.max_batch or cap, cap))
+        kv = kv_capacity_requests(inputs, x.shape, x.role, engram_gpus, w)
+        batch = max(1, min(x.max_batch, kv) if x.max_batch else min(MAX_DECODE_BATCH, kv))
         tokens = batch * (1 + ctx.draft_tokens)
         if x.role == "aggregated":
-            tokens = max(tokens + 1, PREFILL_CHUNK_TOKENS // 2)
+            tokens = x.max_batched_tokens or aggregated_budget(tokens)
         out.append(Group(x.role, x.shape, x.count, batch, tokens, ctx))
     return out
+
+
+def aggregated_budget(decode_tokens: int) -> int:
+    """An aggregated rank's token budget per step: its decode tokens plus room for prompt
+    chunks (half a prefill chunk, assumed), unless the deployment pins one."""
+    return max(decode_tokens + 1, PREFILL_CHUNK_TOKENS // 2)
 
 
 def pool_tokens(inputs: Inputs, gs: list[Group]) -> float:
@@ -174,7 +179,7 @@ def prediction_json(p: Prediction) -> dict:
 def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layout]:
     """(role, shape name, max batch, max batched tokens) per instance, grouped and counted."""
     counts = Counter(instances)
-    return [Layout(role, parse_shape(shape), n, batch, tokens if role == "prefill" else None)
+    return [Layout(role, parse_shape(shape), n, batch, tokens if role != "decode" else None)
             for (role, shape, batch, tokens), n in sorted(counts.items())]
 
 

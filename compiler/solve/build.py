@@ -51,7 +51,8 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
 
 def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
     """The pinned entries (their shapes were checked by precheck)."""
-    return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"])
+    return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"],
+                entry.max_batch, entry.max_batched_tokens)
             for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
 
 
@@ -68,7 +69,8 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> P
         for pin in pins:
             key = (pin.role, pin.shape.name)
             if key not in found:
-                found[key] = pinned_candidate(inputs, pin.role, pin.shape, w, hit, guess)
+                found[key] = pinned_candidate(inputs, pin.role, pin.shape, w, hit, guess,
+                                              pin.max_batch, pin.max_batched_tokens)
         candidates = [found[k] for k in sorted(found)]
     else:
         pins = []

@@ -43,6 +43,8 @@ class Pin:
     shape: Shape
     count: int
     requirement: Requirement
+    max_batch: int | None = None  # the user's per-rank limits (None: rackc's default)
+    max_batched_tokens: int | None = None
 
 
 @dataclass

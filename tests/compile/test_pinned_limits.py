@@ -1,0 +1,49 @@
+"""What users can pin besides counts: per-rank batch limits and token budgets, and the
+workload's length spread."""
+
+from pathlib import Path
+
+import pytest
+
+from compiler import api
+from compiler.load import load_inputs
+from compiler.perf.predict import workload
+from compiler.pinned import predict_pinned
+from schemas.diagnostics import CompileError
+from tests.builders import write_case
+
+
+def _pins(**limits) -> dict:
+    return {"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "DEP2", "count": 2, **limits.get("prefill", {})},
+        {"role": "decode", "shape": "DEP8", "count": 1, **limits.get("decode", {})}]}
+
+
+def test_pinned_batch_limit_and_chunk_reach_the_plan(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 4}, objective=_pins(
+        prefill={"max_batched_tokens": 4096, "max_batch": 8}, decode={"max_batch": 1500}),
+        workload={"profile": "fixed", "isl": 256, "osl": 64})  # KV for 1,500 fits
+    plan = api.compile(path, only=()).plan
+    by_role = {i.role: i for i in plan.instances}
+    assert by_role["prefill"].max_batched_tokens == 4096 and by_role["prefill"].max_batch == 8
+    assert by_role["decode"].max_batch == 1500  # beyond rackc's default cap of 1,024
+    fast = predict_pinned(path)
+    assert [r for r in fast["instances"] if r["role"] == "prefill"][0]["chunk_tokens"] == 4096
+    assert [r for r in fast["instances"] if r["role"] == "decode"][0]["batch"] <= 1500
+
+
+def test_pins_of_one_shape_must_agree_on_limits(tmp_path: Path):
+    objective = _pins()
+    objective["instances"].append({"role": "decode", "shape": "DEP8", "count": 1,
+                                   "max_batch": 64})
+    path = write_case(tmp_path, hardware={"trays": 6}, objective=objective)
+    with pytest.raises(CompileError) as info:
+        load_inputs(path)
+    d = info.value.diagnostics[0]
+    assert d.code == "E105" and d.path == "spec.objective.instances[2]"
+
+
+def test_length_spread_overrides_the_profile(tmp_path: Path):
+    path = write_case(tmp_path, workload={"profile": "chat", "isl_cv": 0.0, "osl_cv": 2.5})
+    w = workload(load_inputs(path))
+    assert (w.isl_cv, w.osl_cv) == (0.0, 2.5)
