@@ -109,6 +109,7 @@ def load_inputs(deployment_path: Path) -> Inputs:
     errors.extend(check_objective(dep, dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
+    model = with_checkpoint(model, dep.spec.serving.checkpoint)
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
     model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
@@ -116,6 +117,18 @@ def load_inputs(deployment_path: Path) -> Inputs:
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
                   sources, digest, files)
+
+
+def with_checkpoint(model: ModelV1, checkpoint) -> ModelV1:
+    """The Model as served from the deployment's `serving.checkpoint`, if it names one."""
+    if checkpoint is None:
+        return model
+    spec = model.spec
+    dtypes = spec.dtypes.model_copy(update={
+        "weights": checkpoint.weights or spec.dtypes.weights,
+        "experts": checkpoint.experts or spec.dtypes.experts})
+    return model.model_copy(update={"spec": spec.model_copy(update={
+        "dtypes": dtypes, "hf_id": checkpoint.hf_id or spec.hf_id})})
 
 
 def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[Diagnostic],

@@ -104,8 +104,22 @@ class Routing(StrictModel):
     overlap_score_credit: Fraction = 1.0
 
 
+class Checkpoint(StrictModel):
+    """Serve the Model's architecture from another checkpoint (e.g. its NVFP4 or FP8
+    quantisation) without copying the Model: what differs is the weights' dtypes and where
+    they are downloaded from."""
+
+    hf_id: str | None = Field(None, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+                              description="Hugging Face repository of the checkpoint")
+    weights: Literal["fp4", "fp8", "bf16"] | None = Field(
+        None, description="Attention, dense and shared weights (default: the Model's)")
+    experts: Literal["fp4", "fp8", "bf16"] | None = Field(
+        None, description="Routed expert weights (default: the Model's)")
+
+
 class Serving(StrictModel):
     speculative: Speculative | None = None
+    checkpoint: Checkpoint | None = None
     kv_cache_dtype: Literal["fp8", "bf16"] | None = Field(None, description="Default: the model's")
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"

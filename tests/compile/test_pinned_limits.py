@@ -47,3 +47,20 @@ def test_length_spread_overrides_the_profile(tmp_path: Path):
     path = write_case(tmp_path, workload={"profile": "chat", "isl_cv": 0.0, "osl_cv": 2.5})
     w = workload(load_inputs(path))
     assert (w.isl_cv, w.osl_cv) == (0.0, 2.5)
+
+
+def test_checkpoint_overrides_the_models_dtypes_and_repository(tmp_path: Path):
+    """An NVFP4 checkpoint of DeepSeek-R1 served without copying the Model: the weights
+    shrink, the plan names the checkpoint and its expert dtype."""
+    from compiler import arch
+    base = write_case(tmp_path / "base", system="hgx-b200", model="deepseek-r1",
+                      hardware={"trays": 1})
+    fp4 = write_case(tmp_path / "fp4", system="hgx-b200", model="deepseek-r1",
+                     hardware={"trays": 1}, serving={"checkpoint": {
+                         "hf_id": "nvidia/DeepSeek-R1-FP4", "experts": "fp4"}})
+    a, b = load_inputs(base), load_inputs(fp4)
+    assert b.model.spec.dtypes.experts == "fp4"
+    assert b.model.spec.dtypes.weights == a.model.spec.dtypes.weights
+    assert arch.weight_bytes(b.model.spec) < 0.7 * arch.weight_bytes(a.model.spec)
+    plan = api.compile(fp4, only=()).plan
+    assert (plan.model.hf_id, plan.model.experts_dtype) == ("nvidia/DeepSeek-R1-FP4", "fp4")
