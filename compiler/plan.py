@@ -55,6 +55,7 @@ class ModelInfo(Frozen):
     experts_dtype: str
     moe: bool
     experts: int
+    redundant_experts: int = 0  # EPLB replicas over the EP ranks (vLLM --eplb-config)
     engram_tables: int
     engram_table_bytes: int
 

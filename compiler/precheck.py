@@ -72,7 +72,13 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
     engram_hbm = inputs.deployment.spec.serving.engram_placement == "hbm"
     capacity = system.gpu.hbm_gib.value
     fits = []
-    for shape in candidate_shapes(model, system, max(available, 1)):
+    shapes = candidate_shapes(model, system, max(available, 1))
+    for name in _named(inputs):  # a pinned or named shape outside the usual sizes (EP48)
+        shape = parse_shape(name)
+        if shape and shape not in shapes and \
+                shape_problem(shape, model, system, max(available, 1)) is None:
+            shapes.append(shape)
+    for shape in shapes:
         for role in ROLES:
             share = max(available, 1) if role == "prefill" else shape.gpus
             mem = gpu_memory(model, shape, system, kv_dtype(inputs), max_model_len(inputs),
@@ -82,6 +88,13 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
     diagnostics = (_diagnose(inputs, fits, available, capacity)
                    + _check_pins(inputs, fits, available))
     return Precheck(tuple(fits), tuple(diagnostics))
+
+
+def _named(inputs: Inputs) -> list[str]:
+    """Shape names the deployment writes: its pins and objective.shapes."""
+    objective = inputs.deployment.spec.objective
+    return [e.shape for e in objective.instances] + [
+        n for role in ROLES for n in getattr(objective.shapes, role) or []]
 
 
 def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Diagnostic]:

@@ -120,6 +120,9 @@ class Checkpoint(StrictModel):
 class Serving(StrictModel):
     speculative: Speculative | None = None
     checkpoint: Checkpoint | None = None
+    redundant_experts: count(4096, least=0) | None = Field(
+        None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
+                          "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")
     kv_cache_dtype: Literal["fp8", "bf16"] | None = Field(None, description="Default: the model's")
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"

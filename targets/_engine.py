@@ -80,6 +80,9 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
         flags += ["--enable-expert-parallel"]
         if instance.dp > 1:
             flags += ["--all2all-backend", all2all_backend(plan, component)]
+        if plan.model.redundant_experts:  # EPLB: the replicas the shape was sized with
+            flags += ["--enable-eplb", "--eplb-config",
+                      compact_json({"num_redundant_experts": plan.model.redundant_experts})]
     return flags
 
 

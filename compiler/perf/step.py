@@ -160,8 +160,9 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
     st.add("router", ops.gemm("bf16", tokens, moe.experts, h))
     link = _link(ctx, shape)
     if shape.dp > 1:  # DEP: tokens of every rank meet their experts through all-to-all
-        local = moe.experts // shape.ep
-        per_expert = tokens * shape.dp * moe.top_k / moe.experts
+        slots = moe.slots  # experts plus their EPLB replicas, which share their tokens
+        local = slots // shape.ep
+        per_expert = tokens * shape.dp * moe.top_k / slots
         inter = moe.expert_intermediate
         nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
         st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
@@ -171,13 +172,14 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
                                              tokens * moe.top_k * h * 2.0, True, nodes,
                                              moe.top_k))
     else:  # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
-        local = moe.experts // shape.ep
-        per_expert = tokens * moe.top_k / moe.experts
+        slots = moe.slots if shape.ep > 1 else moe.experts
+        local = slots // shape.ep
+        per_expert = tokens * moe.top_k / slots
         inter = moe.expert_intermediate // (shape.tp // shape.ep)
         if shape.tp > 1:
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     # the step waits for the busiest expert-parallel rank (routing.py)
-    skew = routing.rank_imbalance(per_expert * moe.experts, shape.ep)
+    skew = routing.rank_imbalance(per_expert * slots, shape.ep)
     tile = DECODE_EXPERT_TILE_ROWS if decode else PREFILL_EXPERT_TILE_ROWS
     for k, n in ((h, 2 * inter), (inter, h)):
         st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,

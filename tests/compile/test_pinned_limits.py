@@ -64,3 +64,23 @@ def test_checkpoint_overrides_the_models_dtypes_and_repository(tmp_path: Path):
     assert arch.weight_bytes(b.model.spec) < 0.7 * arch.weight_bytes(a.model.spec)
     plan = api.compile(fp4, only=()).plan
     assert (plan.model.hf_id, plan.model.experts_dtype) == ("nvidia/DeepSeek-R1-FP4", "fp4")
+
+
+def test_redundant_experts_let_ep48_serve_256_experts(tmp_path: Path):
+    """EPLB: 256 + 32 replicas split over EP48 (6 per rank); without them DEP48 is refused."""
+    objective = {"mode": "pinned", "instances": [
+        {"role": "decode", "shape": "DEP48", "count": 1},
+        {"role": "prefill", "shape": "DEP8", "count": 3}]}
+    plain = write_case(tmp_path / "plain", system="gb200-nvl72", model="deepseek-v3",
+                       objective=objective)
+    with pytest.raises(CompileError) as info:
+        api.compile(plain, only=())
+    assert "256 experts do not split evenly over EP48" in str(info.value.diagnostics[0].got) \
+        + info.value.diagnostics[0].hint + info.value.diagnostics[0].expected
+    eplb = write_case(tmp_path / "eplb", system="gb200-nvl72", model="deepseek-v3",
+                      objective=objective, serving={"redundant_experts": 32})
+    result = api.compile(eplb, only=("vllm",))
+    assert result.plan.model.redundant_experts == 32
+    launch = "\n".join(v for k, v in result.artifacts.items()
+                       if k.startswith("vllm/decode-00/") and isinstance(v, str))
+    assert "--enable-eplb" in launch and '{"num_redundant_experts":32}' in launch
