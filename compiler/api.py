@@ -10,14 +10,13 @@ import yaml
 
 from compiler import arch, graph
 from compiler.balance import balance
-from compiler.decisions import decisions
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
 from compiler.perf.predict import Layout, grouped_layouts, operating_point
-from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, dump_plan, load_plan
-from compiler.precheck import kv_dtype, precheck
+from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
+from compiler.precheck import precheck
 from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
@@ -47,7 +46,8 @@ def check(deployment: Path) -> dict:
         "nvlink_domains": len(graph.nvlink_domains(g)),
         "model": inputs.model_name,
         "weights_gib": round(arch.weight_bytes(inputs.model.spec) / arch.GIB, 2),
-        "kv_bytes_per_token": arch.kv_bytes_per_token(inputs.model.spec, kv_dtype(inputs)),
+        "kv_bytes_per_token": arch.kv_bytes_per_token(inputs.model.spec,
+                                                      inputs.resolved.kv_cache_dtype.value),
         "shapes": [f.to_dict() for f in pre.fits],
         "diagnostics": [d.to_dict() for d in pre.diagnostics],
     }
@@ -98,8 +98,10 @@ def diff_plans(a: Plan, b: Plan) -> list[str]:
     for key in sorted(set(a.memory) | set(b.memory)):
         if a.memory.get(key) != b.memory.get(key):
             out.append(f"~ memory.{key}: {_mem(a.memory.get(key))} -> {_mem(b.memory.get(key))}")
-    for key, va in a.predicted.items():
-        vb = b.predicted.get(key)
+    pa = a.predicted.model_dump() if a.predicted else {}
+    pb = b.predicted.model_dump() if b.predicted else {}
+    for key, va in pa.items():
+        vb = pb.get(key)
         if isinstance(va, int | float) and va != vb:
             out.append(f"~ predicted.{key}: {va} -> {vb}")
     if a.solver.status != b.solver.status or a.solver.objective != b.solver.objective:
@@ -130,8 +132,11 @@ def layouts(instances: list[Instance]) -> list[Layout]:
                            for i in instances)
 
 
-def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) -> dict:
-    return operating_point(inputs, layouts(instances), goodput)
+def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
+    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
+    plan's pool (its DRAM segments after the host budget)."""
+    pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
+    return operating_point(inputs, layouts(plan.instances), goodput, pool)
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
@@ -148,18 +153,17 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["loaded"] = time.perf_counter()
     sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
-    draft = lower(inputs, g, sol, {}, [])
+    draft = lower(inputs, g, sol)
     goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
-    metrics = predicted(inputs, draft.instances, goodput)
+    metrics = predicted(inputs, draft, goodput)
     if goodput is not None:
         supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
+        pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
         why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
-                      layouts(draft.instances))
+                      layouts(draft.instances), pool)
         if why:
-            metrics["balance"] = why
-    plan = draft.model_copy(update={
-        "predicted": metrics,
-        "decisions": decisions(inputs, sol, draft.instances)})
+            metrics = metrics.model_copy(update={"balance": why})
+    plan = draft.model_copy(update={"predicted": metrics})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:

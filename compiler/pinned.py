@@ -8,6 +8,7 @@ and the caller compiles in full, so a placement that cannot hold is still report
 """
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compiler.load import layout, load_inputs
 from compiler.perf.capacity import pinned_candidate
@@ -17,14 +18,20 @@ from compiler.precheck import precheck_counts
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
 
+if TYPE_CHECKING:
+    from compiler.plan import Predicted
 
-def predict_pinned(deployment: Path) -> dict | None:
+
+def predict_pinned(deployment: Path) -> "Predicted | None":
     """The plan's `predicted` block for a pinned deployment, as `compile` computes it; None
-    when the deployment is not pinned or its placement needs the solver to be checked."""
+    when the deployment is not pinned, its placement needs the solver to be checked, or its
+    prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
+    the engines placed there, so it depends on the placement)."""
     inputs = load_inputs(deployment)
     objective = inputs.deployment.spec.objective
     unavailable = inputs.hardware.spec.unavailable
-    if objective.mode != "pinned" or unavailable.trays or unavailable.gpus:
+    if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \
+            or inputs.resolved.kv_pool_dram.value:
         return None
     racks, trays = layout(inputs.hardware, inputs.system)
     available = racks * trays * inputs.system.gpus_per_tray  # none marked unavailable

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from compiler import arch
 from compiler.load import Inputs
-from compiler.memory import gpu_memory
+from compiler.memory import gpu_budget
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
 from schemas.source import format_path
@@ -47,19 +47,6 @@ class Precheck:
         return [f.shape for f in self.fits if f.role == role and f.fits]
 
 
-def kv_dtype(inputs: Inputs) -> str:
-    return inputs.deployment.spec.serving.kv_cache_dtype or inputs.model.spec.dtypes.kv_cache
-
-
-def max_model_len(inputs: Inputs) -> int:
-    return inputs.deployment.spec.serving.max_model_len or inputs.model.spec.max_context_tokens
-
-
-def uses_draft(inputs: Inputs) -> bool:
-    spec = inputs.deployment.spec.serving.speculative
-    return bool(spec and spec.method in ("mtp", "dspark"))
-
-
 def precheck(inputs: Inputs, g: "nx.Graph") -> Precheck:
     from compiler import graph
 
@@ -69,7 +56,6 @@ def precheck(inputs: Inputs, g: "nx.Graph") -> Precheck:
 def precheck_counts(inputs: Inputs, available: int) -> Precheck:
     """`precheck` given the number of available GPUs (no topology graph needed)."""
     model, system = inputs.model.spec, inputs.system
-    engram_hbm = inputs.deployment.spec.serving.engram_placement == "hbm"
     capacity = system.gpu.hbm_gib.value
     fits = []
     shapes = candidate_shapes(model, system, max(available, 1))
@@ -81,10 +67,8 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
     for shape in shapes:
         for role in ROLES:
             share = max(available, 1) if role == "prefill" else shape.gpus
-            mem = gpu_memory(model, shape, system, kv_dtype(inputs), max_model_len(inputs),
-                             share, engram_hbm, uses_draft(inputs))
-            fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib,
-                                 mem.total_gib <= capacity))
+            mem = gpu_budget(inputs, role, shape, share)
+            fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
     diagnostics = (_diagnose(inputs, fits, available, capacity)
                    + _check_pins(inputs, fits, available))
     return Precheck(tuple(fits), tuple(diagnostics))

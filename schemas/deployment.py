@@ -127,7 +127,8 @@ class Serving(StrictModel):
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"
     routing: Routing = Routing()
-    block_size: BlockSize = 64
+    block_size: BlockSize | None = Field(
+        None, description="KV block in tokens. Default: the attention backend's kernel block")
     max_model_len: count(TOKENS) | None = Field(None, description="Default: the model's context")
     image: str = Field("vllm/vllm-openai:v0.33.0", max_length=512, pattern=IMAGE,
                        description="name:tag or name@sha256:digest")

@@ -58,7 +58,7 @@ def frontend_component(plan: Plan) -> dict:
 def worker_component(plan: Plan, component: Component) -> dict:
     container = _kube.engine_container(plan, component, ["python3", "-m", "dynamo.vllm"],
                                        worker_args(plan, component),
-                                       _kube.env_vars(engine_env(plan)))
+                                       _kube.env_vars(engine_env(plan, component)))
     spec = _kube.engine_pod_spec(plan, component, container)
     out = {"name": component.name, "type": COMPONENT_TYPE[component.role],
            "replicas": len(component.instances)}

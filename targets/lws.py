@@ -43,7 +43,7 @@ def worker_script(plan: Plan, component: Component) -> str:
 
 def _pod(plan: Plan, component: Component, command: list[str], args: list[str]) -> dict:
     shm_volume, shm_mount = _kube.shared_memory_volume()
-    env = [*_kube.env_vars(engine_env(plan)),
+    env = [*_kube.env_vars(engine_env(plan, component)),
            _kube.field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP")]
     container = _kube.engine_container(plan, component, command, args, env, [shm_mount])
     spec = _kube.engine_pod_spec(plan, component, container, [shm_volume])

@@ -26,11 +26,11 @@ def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: Ran
                              leader_node=group.is_leader)]
 
 
-def launch_env(plan: Plan, group: RankGroup) -> dict[str, str]:
+def launch_env(plan: Plan, component: Component, group: RankGroup) -> dict[str, str]:
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.device_indices)),
            # NIXL's handshake address: what decode engines dial to pull this node's KV.
            "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
-           **engine_env(plan)}
+           **engine_env(plan, component)}
     if pool_enabled(plan):
         env["MOONCAKE_CONFIG_PATH"] = client_config_path(group.node_name)
     return dict(sorted(env.items()))
@@ -49,7 +49,7 @@ def script(plan: Plan, component: Component, instance_id: str, groups: tuple[Ran
                                               if plan.serving.hf_token_secret else ""),
     ]
     env = [f"export {k}={shlex.quote(v)}"
-           for k, v in launch_env(plan, group).items()]
+           for k, v in launch_env(plan, component, group).items()]
     command = exec_command([*ENGINE, plan.model.hf_id],
                            launch_flags(plan, component, groups[0], group))
     return "\n".join([*head, *env, command]) + "\n"

@@ -35,6 +35,7 @@ class Candidate:
     max_batched_tokens: int
     step_us: float
     why_not: str  # empty when usable
+    why: str = ""  # how its batch limit was chosen (the plan's decision)
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -47,7 +48,7 @@ def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workloa
 def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int | None,
                      enforce_slo: bool = True) -> Candidate:
     slo = inputs.deployment.spec.slo
-    ctx = context(inputs, shape.gpus)
+    ctx = context(inputs, shape.gpus, "decode", shape)
     kv = kv_capacity_requests(inputs, shape, "decode", shape.gpus, w)
     cap = min(MAX_DECODE_BATCH, kv) if batch_cap is None else min(kv, batch_cap)
     kv_len = w.isl + w.osl / 2
@@ -71,7 +72,9 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     step = decode_step(ctx, shape, lo, kv_len).us
     # a request holds its slot for its decode steps, and at least the one that takes it in
     rps = shape.dp * lo / (max(1.0, serving.decode_steps(w, ctx)) * step) * 1e6
-    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "")
+    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within the KV that "
+           f"fits ({cap} requests)" if enforce_slo else f"the KV that fits ({cap} requests)")
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why)
 
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
@@ -80,12 +83,16 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
     SLO: smaller chunks finish sooner, larger ones use the GPU better."""
     options = [_prefill_at(inputs, shape, w, hit, engram_gpus, chunk)
                for chunk in PREFILL_CHUNKS]
-    return max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    best = max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    sizes = ", ".join(f"{c:,}" for c in PREFILL_CHUNKS)
+    return replace(best, why=f"of prefill chunks {sizes} tokens per rank, "
+                             f"{best.max_batched_tokens:,} sustains the most requests/s within "
+                             "the TTFT SLO (REFERENCE-DATA.md C1 V2 runs 16,384)")
 
 
 def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
                 chunk: int) -> Candidate:
-    ctx = context(inputs, engram_gpus)
+    ctx = context(inputs, engram_gpus, "prefill", shape)
     new, cached = w.isl * (1 - hit), w.isl * hit
     step = prefill_step(ctx, shape, chunk, max(1.0, new), cached).us
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
@@ -127,9 +134,13 @@ def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: 
     if role == "prefill":
         c = _prefill_at(inputs, shape, w, hit, guess, max_batched_tokens) \
             if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
+        if max_batched_tokens:
+            c = replace(c, why=f"{max_batched_tokens:,} tokens per rank, pinned")
         return replace(c, max_batch=max_batch) if max_batch else c
     c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
     tokens = max_batched_tokens or c.max_batched_tokens
     if role == "aggregated" and not max_batched_tokens:
         tokens = aggregated_budget(c.max_batched_tokens)
-    return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us, c.why_not)
+    why = f"{max_batch} requests per rank, pinned" if max_batch else c.why
+    return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us,
+                     c.why_not, why)

@@ -258,14 +258,15 @@ class OpModel:
 
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
                      skew: float = 1.0, placement: str = "interleaved",
-                     tile_rows: int = 0) -> float:
+                     weight_only: bool = False, tile_rows: int = 0) -> float:
         """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest rank's load over the mean,
         which sets the step's critical path when routing is uneven; `tile_rows`: see
-        grouped_gemm_work. No tokens: no launch."""
+        grouped_gemm_work. No tokens: no launch. `weight_only`: `dtype` weights are read, but
+        the math runs on BF16 tensor cores."""
         if tokens_per_expert <= 0:
             return 0.0
         work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew, tile_rows)
-        return self.time_us("grouped_gemm", dtype, work, placement)
+        return self.time_us("grouped_gemm", "bf16" if weight_only else dtype, work, placement)
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
                     kv_len: int, q_len: int = 1, v_head_dim: int | None = None,

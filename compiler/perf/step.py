@@ -41,6 +41,8 @@ class PerfContext:
     acceptance: float = 1.0  # tokens emitted per step per request
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
+    engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
+    moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
     nic_gbps: float | None = None
 
 
@@ -183,7 +185,8 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
     tile = DECODE_EXPERT_TILE_ROWS if decode else PREFILL_EXPERT_TILE_ROWS
     for k, n in ((h, 2 * inter), (inter, h)):
         st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,
-                                               placement=place, tile_rows=tile))
+                                               placement=place, weight_only=ctx.moe_weight_only,
+                                               tile_rows=tile))
     if moe.shared_experts and shared_fraction > 0:
         width = moe.shared_experts * moe.expert_intermediate // shape.tp
         w = m.dtypes.weights
@@ -256,11 +259,15 @@ def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
 
 
 def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
-    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink."""
+    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink;
+    or, when the tables are in host memory, all of them over the CPU-GPU link (UVA reads)."""
     e = ctx.model.engram
     if not e:
         return
     nbytes = tokens * e.tables * ctx.model.hidden_size * ENGRAM_ROW_BYTES_PER_HIDDEN
+    if ctx.engram_host:
+        st.add("engram", comm.transfer_us(ctx.system, nbytes, "c2c"))
+        return
     local = nbytes / max(1, ctx.engram_gpus)
     st.add("engram", ctx.ops.copy(2 * local)
            + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))

@@ -23,7 +23,7 @@ def test_short_path_matches_compile(tmp_path: Path, workload: dict):
     fast = predict_pinned(path)
     full = api.compile(path, only=()).plan.predicted
     assert fast is not None
-    assert json.loads(json.dumps(fast)) == json.loads(json.dumps(full))
+    assert fast.model_dump(mode="json") == full.model_dump(mode="json")
 
 
 def test_unpinned_or_unplaceable_pins_take_the_full_path(tmp_path: Path):

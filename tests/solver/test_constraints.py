@@ -27,7 +27,7 @@ def _problem(path: Path):
 
 def _need(gib: float = 10.0, cap: float = 185.0) -> DomainMemory:
     return DomainMemory(weights_gib=gib, kv_gib=0, engram_gib=0, pool_gib=0, workspace_gib=0,
-                        capacity_gib=cap)
+                        reserved_gib=0, capacity_gib=cap)
 
 
 def _wanted(*shapes: str, role: str = "decode", gib: float = 10.0) -> list[Wanted]:

@@ -18,10 +18,10 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --max-num-seqs 64 \
   --max-num-batched-tokens 16384 \
   --max-model-len 131072 \
-  --block-size 64 \
-  --gpu-memory-utilization 0.99 \
+  --block-size 128 \
+  --gpu-memory-utilization 0.98 \
   --kv-cache-dtype fp8 \
-  --moe-backend flashinfer_cutedsl \
+  --moe-backend flashinfer_trtllm \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \

@@ -8,6 +8,7 @@ export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=cuda_copy,cuda_ipc,tcp
+export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t09
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
@@ -15,13 +16,13 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 20 \
-  --max-num-batched-tokens 120 \
+  --max-num-seqs 12 \
+  --max-num-batched-tokens 72 \
   --max-model-len 131072 \
-  --block-size 64 \
-  --gpu-memory-utilization 0.99 \
+  --block-size 128 \
+  --gpu-memory-utilization 0.98 \
   --kv-cache-dtype fp8 \
-  --moe-backend flashinfer_cutedsl \
+  --moe-backend marlin \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
