@@ -1,7 +1,6 @@
 """`rackc predict` of a pinned layout takes the short path (no solver, no emitters) and says
 exactly what `compile` puts in the plan."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
