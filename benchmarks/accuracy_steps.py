@@ -21,19 +21,29 @@ and one prefill point of each model.
 
     python3 benchmarks/accuracy_steps.py [--data FILE ...] [--decode 32:8192] [--prefill 4096]
 
+The op curves are by default those fitted to our own H200 kernel measurements
+(hgx-h200.raw.json), i.e. of the PyTorch kernels the measured forward runs, so the comparison
+tests how the step model composes kernels into a step; `--curves catalog` uses the shipped
+hgx-h200 calibration (AIConfigurator's vLLM kernel tables), as `rackc predict` does.
+
 Goal (issue 11): median |error| <= 10% over the decode points and <= 15% over the prefill
 points, with the overheads (what `rackc predict` reports). Exit 1 when it is missed.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
+from compiler import catalog
 from compiler.load import load_inputs
+from compiler.perf import fit
+from compiler.perf.ops import OpModel, op_model
 from compiler.perf.predict import context
 from compiler.perf.step import (
     DECODE_OVERHEAD_US,
@@ -73,8 +83,18 @@ def not_modelled(stages: dict[str, float]) -> list[str]:
     return [name for name in stages if name not in MODELLED_STAGES]
 
 
-def load_context(model: str) -> PerfContext:
-    """The PerfContext the compiler builds for `model` on one HGX H200 node."""
+@functools.cache
+def own_kernels() -> OpModel:
+    """Op curves fitted to our own H200 kernel measurements (hgx-h200.raw.json): the PyTorch
+    kernels (cuBLAS, torch._grouped_mm, cuDNN attention) that the measured forward runs."""
+    system = catalog.system(SYSTEM)
+    raw = json.loads(catalog.calibration_path(SYSTEM, "raw.json").read_text())
+    return op_model(system, fit.calibration(raw, system))
+
+
+def load_context(model: str, curves: str) -> PerfContext:
+    """The PerfContext the compiler builds for `model` on one HGX H200 node; with `curves`
+    "own", its op model is `own_kernels` instead of the catalog's calibration."""
     rack = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "h200"},
             "spec": {"system": SYSTEM, "nodes": 1}}
     dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
@@ -87,7 +107,8 @@ def load_context(model: str) -> PerfContext:
         (root / "rack.yaml").write_text(yaml.safe_dump(rack))
         (root / "deployment.yaml").write_text(yaml.safe_dump(dep))
         inputs = load_inputs(root / "deployment.yaml")
-    return context(inputs, 1)
+    ctx = context(inputs, 1)
+    return replace(ctx, ops=own_kernels()) if curves == "own" else ctx
 
 
 def length(p: dict) -> int:
@@ -192,7 +213,7 @@ def pick(rows: list[dict], phase: str, spec: str) -> dict | None:
     return None
 
 
-def model_rows(path: Path) -> tuple[str, list[dict]]:
+def model_rows(path: Path, curves: str) -> tuple[str, list[dict]]:
     """(model name, predicted rows) of one measured file, with its header printed."""
     doc = json.loads(path.read_text())
     dev, model = doc["device"], doc["model"]["name"]
@@ -200,7 +221,7 @@ def model_rows(path: Path) -> tuple[str, list[dict]]:
           f"SMs, driver {dev.get('driver')}, torch {dev.get('torch')}, CUDA {dev.get('cuda')}) "
           f"on {dev.get('measured_on')}; bf16, self-check rel err "
           f"{doc.get('self_check_rel_err')}")
-    ctx = load_context(model)
+    ctx = load_context(model, curves)
     print(f"Predicted: {SYSTEM} {model} {SHAPE}, kv {ctx.kv_dtype}, ops: {ctx.ops.source}\n")
     points = sorted(doc["points"], key=lambda p: (p["phase"] != "decode", p["batch"], length(p)))
     return model, row_errors(ctx, points)
@@ -225,12 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, nargs="+", default=DATA)
     ap.add_argument("--decode", default="32:8192", help="batch:kv_len of the decode breakdown")
     ap.add_argument("--prefill", default="4096", help="tokens of the prefill breakdown")
+    ap.add_argument("--curves", choices=("own", "catalog"), default="own",
+                    help="own: op curves fitted to our H200 kernel measurements (the kernels "
+                    "the measured forward runs; default); catalog: the shipped calibration "
+                    "(AIConfigurator's vLLM tables)")
     args = ap.parse_args(argv)
     print(f"Overheads in the prediction: decode {DECODE_OVERHEAD_US:g} us, prefill "
           f"{PREFILL_OVERHEAD_US:g} us per step")
     every = []
     for path in args.data:
-        _, rows = model_rows(path)
+        _, rows = model_rows(path, args.curves)
         print_table(rows)
         print_summary(rows)
         for phase, spec in (("decode", args.decode), ("prefill", args.prefill)):

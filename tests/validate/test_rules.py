@@ -35,11 +35,14 @@ def node_names(plan, count: int) -> list[str]:
 
 
 def prefill(dgd: dict) -> dict:
-    """The prefill component, alone: the other workers scaled to no pods."""
+    """The prefill component, alone and one pod per replica (whatever shape the plan gave it):
+    the other workers scaled to no pods."""
     for comp in dgd["spec"]["components"]:
         if comp["type"] not in ("frontend", "prefill"):
             comp["replicas"] = 0
-    return component(dgd, "prefill")
+    comp = component(dgd, "prefill")
+    comp.pop("multinode", None)
+    return comp
 
 
 def set_gpus(spec: dict, n: int) -> None:
