@@ -79,13 +79,15 @@ def _balance_lines(b: dict | None) -> list[str]:
         return []
     bind = b["binding_role"]
     other = "prefill" if bind == "decode" else "decode"
+    instead = b["one_more_binding_instance_goodput"]
+    more = (f"would leave GPUs for only {instead:g} requests/s of {other}" if instead
+            else f"would leave no GPUs for {other}")
     lines = ["", "## Why this layout", "",
              f"Goodput is bound by {bind}: its instances sustain "
              f"{b['binding_supply_requests_per_s']:g} requests/s at the SLO. One more {bind} "
-             f"instance would leave GPUs for only "
-             f"{b['one_more_binding_instance_goodput']:g} requests/s of {other}, so the rest of "
-             f"the GPUs serve {other}; of its instances {b[f'{other}_instances_needed']} carry "
-             f"the goodput and {b[f'{other}_instances_spare']} are spare."]
+             f"instance {more}, so the rest of the GPUs serve {other}; of its instances "
+             f"{b[f'{other}_instances_needed']} carry the goodput and "
+             f"{b[f'{other}_instances_spare']} are spare."]
     if "ttft_ms_p90_with_spare" in b:
         lines += ["", f"| with the spare {other} | with | without |", "|---|---|---|"]
         for key in ("ttft_ms_p50", "ttft_ms_p90", "prefill_utilisation", "prefix_hit_rate"):
