@@ -3,18 +3,18 @@
 
 import itertools
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from compiler import arch, graph, incremental
+from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
-from compiler.perf.predict import Layout, curve, predict_layout, workload
+from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
 from compiler.shapes import parse_shape
@@ -116,7 +116,6 @@ def _mem(m: object) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in m.model_dump().items() if v)
 
 
-UNBOUNDED_CONCURRENCY = 1e9
 
 
 @dataclass(frozen=True)
@@ -131,24 +130,15 @@ class CompileResult:
 
 def layouts(instances: list[Instance]) -> list[Layout]:
     """Instances grouped by (role, shape, batch limits) for the perf model."""
-    counts = Counter((i.role, i.shape, i.max_batch, i.max_batched_tokens) for i in instances)
-    return [Layout(role, parse_shape(shape), n, batch,
-                   tokens if role == "prefill" else None)
-            for (role, shape, batch, tokens), n in sorted(counts.items())]
+    return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
+                           for i in instances)
 
 
 def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
-    """Metrics at the operating point: in throughput mode, unless the user fixed the
-    concurrency, demand is unbounded and admission stops at the SLO goodput. The prefix cache
-    is the plan's pool (its DRAM segments after the host budget)."""
-    groups = layouts(plan.instances)
-    w = workload(inputs)
-    if inputs.deployment.spec.objective.mode == "throughput" and \
-            inputs.deployment.spec.workload.concurrency is None:
-        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
+    plan's pool (its DRAM segments after the host budget)."""
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    p = predict_layout(inputs, groups, w, max_requests_per_s=goodput, pool_gib=pool)
-    return Predicted(**asdict(p), curve=curve(inputs, groups, pool_gib=pool))
+    return operating_point(inputs, layouts(plan.instances), goodput, pool)
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
@@ -179,9 +169,16 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
         sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
     draft = lower(inputs, g, sol)
-    plan = draft.model_copy(update={
-        "predicted": predicted(inputs, draft, None if sol.problem.mode == "pinned"
-                               else sol.counts.objective)})
+    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
+    metrics = predicted(inputs, draft, goodput)
+    if goodput is not None:
+        supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
+        pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
+        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+                      layouts(draft.instances), pool)
+        if why:
+            metrics = metrics.model_copy(update={"balance": why})
+    plan = draft.model_copy(update={"predicted": metrics})
     clock["planned"] = time.perf_counter()
     if emitter is not None:
         emitter.start(plan, only)  # the child emits the targets while plan.yaml is written

@@ -198,27 +198,37 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from compiler import api
-
     try:
-        result = _with_progress("predicting", lambda: api.compile(
-            Path(args.deployment), ("report",) if args.plot else ()))
-        if args.plot:
-            files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
-                                     "--plot", result.input_files)
+        p = None if args.plot else _predict_pinned(Path(args.deployment))
+        if p is None:
+            from compiler import api
+
+            result = _with_progress("predicting", lambda: api.compile(
+                Path(args.deployment), ("report",) if args.plot else ()))
+            if args.plot:
+                files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                                         "--plot", result.input_files)
+            p = result.plan.predicted
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = result.plan.predicted.model_dump(mode="json")
+    p = p.model_dump(mode="json")
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve"):
+        if key not in ("instances", "breakdown", "curve", "balance"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     return 0
+
+
+def _predict_pinned(path: Path) -> dict | None:
+    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py)."""
+    from compiler.pinned import predict_pinned
+
+    return predict_pinned(path)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -56,7 +56,9 @@ def _model(inputs: Inputs) -> ModelInfo:
         attention=m.attention.kind, sparse_attention=m.attention.indexer is not None,
         weights_dtype=m.dtypes.weights, experts_dtype=m.dtypes.experts,
         expert_format=inputs.resolved.expert_format.value, moe=m.moe is not None,
-        experts=m.moe.experts if m.moe else 0, engram_tables=m.engram.tables if m.engram else 0,
+        experts=m.moe.experts if m.moe else 0,
+        redundant_experts=m.moe.redundant_experts if m.moe else 0,
+        engram_tables=m.engram.tables if m.engram else 0,
         engram_table_bytes=round(m.engram.table_gib * arch.GIB) if m.engram else 0)
 
 

@@ -57,6 +57,7 @@ class ModelInfo(Frozen):
     expert_format: str  # how the engine loads the routed experts: mxfp4 | nvfp4 | fp8 | bf16
     moe: bool
     experts: int
+    redundant_experts: int = 0  # EPLB replicas over the EP ranks (vLLM --eplb-config)
     engram_tables: int
     engram_table_bytes: int
 
@@ -219,6 +220,8 @@ class Predicted(Frozen):
     requests_per_s: float
     prefill_utilisation: float
     curve: list[CurvePoint]
+    # why the counts (compiler/balance.py): the binding role, what spare instances buy
+    balance: dict[str, str | int | float] | None = None
 
 
 class Decision(Frozen):

@@ -48,6 +48,9 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
         flags += ["--enable-expert-parallel"]
         if instance.all2all_backend:
             flags += ["--all2all-backend", instance.all2all_backend]
+        if plan.model.redundant_experts:  # EPLB: the replicas the shape was sized with
+            flags += ["--enable-eplb", "--eplb-config",
+                      compact_json({"num_redundant_experts": plan.model.redundant_experts})]
     return flags
 
 

@@ -42,6 +42,7 @@ def performance_md(plan: Plan) -> str:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += fallbacks_md(plan)
+    lines += _balance_lines(p.get("balance"))
     for phase in ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
         total = sum(steps.values()) or 1.0
@@ -70,6 +71,28 @@ def fallbacks_md(plan: Plan) -> list[str]:
         shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3})" if len(paths) > 3 else "")
         out.append(f"| {shown} | {value} | {source} | {why} |")
     return out
+
+
+def _balance_lines(b: dict | None) -> list[str]:
+    """Why the counts (compiler/balance.py): the binding role and what the spare buys."""
+    if not b:
+        return []
+    bind = b["binding_role"]
+    other = "prefill" if bind == "decode" else "decode"
+    instead = b["one_more_binding_instance_goodput"]
+    more = (f"would leave GPUs for only {instead:g} requests/s of {other}" if instead
+            else f"would leave no GPUs for {other}")
+    lines = ["", "## Why this layout", "",
+             f"Goodput is bound by {bind}: its instances sustain "
+             f"{b['binding_supply_requests_per_s']:g} requests/s at the SLO. One more {bind} "
+             f"instance {more}, so the rest of the GPUs serve {other}; of its instances "
+             f"{b[f'{other}_instances_needed']} carry the goodput and "
+             f"{b[f'{other}_instances_spare']} are spare."]
+    if "ttft_ms_p90_with_spare" in b:
+        lines += ["", f"| with the spare {other} | with | without |", "|---|---|---|"]
+        for key in ("ttft_ms_p50", "ttft_ms_p90", "prefill_utilisation", "prefix_hit_rate"):
+            lines.append(f"| {key} | {b[key + '_with_spare']:g} | {b[key + '_without_spare']:g} |")
+    return lines
 
 
 def _png(fig) -> bytes:

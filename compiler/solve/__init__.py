@@ -6,9 +6,10 @@ from dataclasses import dataclass
 import networkx as nx
 
 from compiler.load import Inputs
+from compiler.perf.capacity import Candidate
 from compiler.precheck import Precheck
 from compiler.solve.build import build_problem
-from compiler.solve.candidates import Candidate, uses_recipe
+from compiler.solve.candidates import uses_recipe
 from compiler.solve.counts import Counts, solve_counts
 from compiler.solve.explain import infeasible
 from compiler.solve.memory_map import domain_memory

@@ -12,7 +12,7 @@ from compiler import arch, graph
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
 from compiler.shapes import Shape
-from compiler.solve.candidates import Candidate
+from compiler.perf.capacity import Candidate
 
 SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
 
@@ -42,6 +42,8 @@ class Pin:
     shape: Shape
     count: int
     requirement: Requirement
+    max_batch: int | None = None  # the user's per-rank limits (None: rackc's default)
+    max_batched_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,17 @@ def test_unavailable_without_a_running_plan_is_a_fresh_compile_without_them(flee
     assert not any(t.startswith("r1-") for i in plan.instances for t in i.trays)
     assert {"r0-t02-g0", "r1-t05-g3"} <= set(plan.hardware.unavailable_gpus)
     assert plan.instances[0].id.endswith("-00")
+
+
+def test_kept_shapes_the_search_would_not_pick_stay(tmp_path: Path):
+    pinned = write_case(tmp_path / "pinned", kind="Cluster", hardware={"racks": 2, "trays": 4},
+                        objective={"mode": "pinned", "instances": [
+                            {"role": "prefill", "shape": "DEP2", "count": 2},
+                            {"role": "decode", "shape": "TP4", "count": 2}]})
+    old = api.compile(pinned, only=()).plan
+    free = write_case(tmp_path / "free", kind="Cluster", hardware={"racks": 2, "trays": 4})
+    new = api.compile(free, only=(), base=old, unavailable="r1-t03-g0").plan
+    check_plan(new)
+    kept = {i.id: i.gpus for i in new.instances}
+    assert all(kept.get(i.id) == i.gpus for i in old.instances if "r1-t03-g0" not in i.gpus)
+    assert any(i.shape == "TP4" for i in new.instances)

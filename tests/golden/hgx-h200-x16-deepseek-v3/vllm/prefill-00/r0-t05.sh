@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: prefill-00 (DEP64, prefill), node 6 of 8 (headless): ranks 40-47 on tray r0-t05, node h200-node-05
+# rackc: prefill-00 (DEP16, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t05, node h200-node-05
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-05.json
@@ -7,7 +7,7 @@ export PYTHONHASHSEED=0
 export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-05
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 1 \
-  --data-parallel-size 64 \
+  --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_high_throughput \
   --max-num-seqs 64 \
@@ -21,8 +21,6 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --attention-backend FLASHMLA \
   --speculative-config '{"method":"mtp","num_speculative_tokens":1}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
-  --headless \
   --data-parallel-size-local 8 \
-  --data-parallel-start-rank 40 \
-  --data-parallel-address h200-node-00 \
+  --data-parallel-address h200-node-05 \
   --data-parallel-rpc-port 13445

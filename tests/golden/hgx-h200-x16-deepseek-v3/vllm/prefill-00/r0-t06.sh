@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: prefill-00 (DEP64, prefill), node 7 of 8 (headless): ranks 48-55 on tray r0-t06, node h200-node-06
+# rackc: prefill-00 (DEP16, prefill), node 2 of 2 (headless): ranks 8-15 on tray r0-t06, node h200-node-06
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-06.json
@@ -7,7 +7,7 @@ export PYTHONHASHSEED=0
 export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-06
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 1 \
-  --data-parallel-size 64 \
+  --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_high_throughput \
   --max-num-seqs 64 \
@@ -23,6 +23,6 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --headless \
   --data-parallel-size-local 8 \
-  --data-parallel-start-rank 48 \
-  --data-parallel-address h200-node-00 \
+  --data-parallel-start-rank 8 \
+  --data-parallel-address h200-node-05 \
   --data-parallel-rpc-port 13445

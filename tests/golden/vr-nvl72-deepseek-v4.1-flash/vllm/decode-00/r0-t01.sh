@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-00 (DEP64, decode), node 2 of 16 (headless): ranks 4-7 on tray r0-t01, node vr-a-r0-t01
+# rackc: decode-00 (DEP32, decode), node 2 of 8 (headless): ranks 4-7 on tray r0-t01, node vr-a-r0-t01
 # HF_TOKEN: from the environment (secret hf-token)
 export CUDA_VISIBLE_DEVICES=0,1,2,3
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t01.json
@@ -13,11 +13,11 @@ export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t01
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 64 \
+  --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 7 \
-  --max-num-batched-tokens 42 \
+  --max-num-seqs 14 \
+  --max-num-batched-tokens 84 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

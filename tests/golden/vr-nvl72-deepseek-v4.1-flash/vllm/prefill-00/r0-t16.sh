@@ -1,7 +1,7 @@
 #!/bin/sh
-# rackc: prefill-00 (DEP8, prefill), node 1 of 2 (leader): ranks 0-3 on tray r0-t16, node vr-a-r0-t16
+# rackc: prefill-00 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t16, node vr-a-r0-t16
 # HF_TOKEN: from the environment (secret hf-token)
-export CUDA_VISIBLE_DEVICES=0,1,2,3
+export CUDA_VISIBLE_DEVICES=0,1
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t16.json
 export NCCL_CUMEM_ENABLE=1
 export NCCL_MNNVL_ENABLE=1
@@ -12,9 +12,9 @@ export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t16
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 8 \
+  --data-parallel-size 2 \
   --enable-expert-parallel \
-  --all2all-backend allgather_reducescatter \
+  --all2all-backend deepep_high_throughput \
   --max-num-seqs 64 \
   --max-num-batched-tokens 16384 \
   --max-model-len 131072 \
@@ -26,7 +26,4 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
   --engram-config '{"cpu_offload":true}' \
-  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
-  --data-parallel-size-local 4 \
-  --data-parallel-address vr-a-r0-t16 \
-  --data-parallel-rpc-port 13445
+  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}'
