@@ -17,7 +17,6 @@ from compiler.lower import lower
 from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
-from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
 from compiler.validate import rules

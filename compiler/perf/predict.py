@@ -5,6 +5,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
@@ -20,6 +21,9 @@ from compiler.perf.serving import (
 )
 from compiler.perf.step import PerfContext
 from compiler.shapes import Shape, parse_shape
+
+if TYPE_CHECKING:
+    from compiler.plan import Predicted
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed

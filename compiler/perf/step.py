@@ -7,7 +7,7 @@ new tokens per DP rank whose attention also spans the request's cached prefix.
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from compiler import arch
 from compiler.catalog.system import System

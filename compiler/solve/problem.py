@@ -11,8 +11,8 @@ import networkx as nx
 from compiler import arch, graph
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
-from compiler.shapes import Shape
 from compiler.perf.capacity import Candidate
+from compiler.shapes import Shape
 
 SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
 

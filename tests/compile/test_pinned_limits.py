@@ -28,8 +28,8 @@ def test_pinned_batch_limit_and_chunk_reach_the_plan(tmp_path: Path):
     assert by_role["prefill"].max_batched_tokens == 4096 and by_role["prefill"].max_batch == 8
     assert by_role["decode"].max_batch == 1500  # beyond rackc's default cap of 1,024
     fast = predict_pinned(path)
-    assert [r for r in fast.instances if r.role == "prefill"][0].chunk_tokens == 4096
-    assert [r for r in fast.instances if r.role == "decode"][0].batch <= 1500
+    assert next(r for r in fast.instances if r.role == "prefill").chunk_tokens == 4096
+    assert next(r for r in fast.instances if r.role == "decode").batch <= 1500
 
 
 def test_pins_of_one_shape_must_agree_on_limits(tmp_path: Path):

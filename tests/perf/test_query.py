@@ -170,4 +170,4 @@ def test_rackc_perf_ops_as_a_process():
 def test_perf_ops_help_names_every_op():
     """`rackc perf ops --help` lists the ops without importing the query module."""
     from compiler.perf import commands, query
-    assert commands.OPS == tuple(query.FORMS)
+    assert tuple(query.FORMS) == commands.OPS
