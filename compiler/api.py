@@ -12,7 +12,8 @@ from compiler import arch, graph, incremental
 from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
-from compiler.load import Inputs, display_name, load_inputs
+from compiler.fleet import merge
+from compiler.load import Inputs, display_name, load_fleet, load_inputs
 from compiler.lower import lower
 from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
@@ -140,16 +141,10 @@ def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
     return operating_point(inputs, layouts(plan.instances), goodput, pool)
 
 
-def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None, base: Plan | None = None,
-            unavailable: str | None = None) -> CompileResult:
-    """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
-    the same result), then hold what was emitted to the enforced controller-level rules.
-    `base`: the running plan whose instances stay where their GPUs are all still available;
-    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
-    Raises CompileError (exit 2 or 3)."""
-    clock = {"start": time.perf_counter()}
-    inputs = load_inputs(deployment)
+def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
+          clock: dict[str, float]) -> tuple[Plan, float | None]:
+    """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
+    compile would reach."""
     if base is not None or unavailable:
         inputs = incremental.with_failures(
             inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
@@ -159,14 +154,14 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     pre = precheck(inputs, g)
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
-    clock["loaded"] = time.perf_counter()
+    clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
         sol = solve(inputs, g, pre)
-    clock["solved"] = time.perf_counter()
+    clock.setdefault("solved", time.perf_counter())
     draft = lower(inputs, g, sol)
     goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
     metrics = predicted(inputs, draft, goodput)
@@ -177,7 +172,30 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
-    plan = draft.model_copy(update={"predicted": metrics})
+    return draft.model_copy(update={"predicted": metrics}), fresh
+
+
+def compile(deployment: Path, only: tuple[str, ...] | None = None,
+            emitter: EmitWorker | None = None, base: Plan | None = None,
+            unavailable: str | None = None) -> CompileResult:
+    """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
+    the same result), then hold what was emitted to the enforced controller-level rules.
+    `base`: the running plan whose instances stay where their GPUs are all still available;
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    Raises CompileError (exit 2 or 3)."""
+    clock = {"start": time.perf_counter()}
+    fleet = load_fleet(deployment)
+    if len(fleet) > 1 and (base is not None or unavailable):
+        raise CompileError([Diagnostic(
+            "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
+            "a recompile of a one-system plan", "a mixed fleet",
+            "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
+    if len(fleet) == 1:
+        plan, fresh = _plan(fleet[0], base, unavailable, clock)
+    else:
+        plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
+        fresh = None
+    inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:
         emitter.start(plan, only)  # the child emits the targets while plan.yaml is written

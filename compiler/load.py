@@ -15,6 +15,7 @@ from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
+from schemas.rack import ClusterSpec
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.reading import FileProblem, read_regular
@@ -51,8 +52,8 @@ def display_name(path: Path) -> str:
 def _diag(src: SourceMap, path: PathKey, code: str, expected: str, got: str, hint: str,
           key: bool = False) -> Diagnostic:
     pos = src.locate(path, prefer_key=key)
-    return Diagnostic("error", code, src.file, pos.line, pos.column, format_path(path),
-                      expected, got, hint)
+    return Diagnostic("error", code, src.file, pos.line, pos.column,
+                      format_path(src.shown(path)), expected, got, hint)
 
 
 def _load(raw: bytes, path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
@@ -73,6 +74,20 @@ def _read_ref(base: Path, src: SourceMap, field: str,
 
 
 def load_inputs(deployment_path: Path) -> Inputs:
+    """The inputs of a deployment on one system (a mixed fleet: load_fleet)."""
+    fleet = load_fleet(deployment_path)
+    if len(fleet) > 1:
+        raise CompileError([Diagnostic(
+            "error", "E210", display_name(deployment_path), 0, 0, "spec.rack",
+            "a Rack or a one-system Cluster", f"a Cluster of {len(fleet)} groups",
+            "this command plans one system; `rackc check` and `rackc compile` take mixed fleets")])
+    return fleet[0]
+
+
+def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
+    """One Inputs per group of a mixed-fleet Cluster (one for a Rack or a one-system Cluster),
+    each with its own system, hardware and resolved choices. A group's hardware is a Cluster
+    named after the group; its workload is the deployment's, scaled by its share of the GPUs."""
     try:
         raw = read_regular(deployment_path)
     except FileProblem as problem:
@@ -97,11 +112,9 @@ def load_inputs(deployment_path: Path) -> Inputs:
             errors.extend(exc.diagnostics)
 
     model, model_src = _resolve_model(dep, base, dsrc, errors, texts)
-    system = None
+    units: list[tuple[RackV1 | ClusterV1, SourceMap, System]] = []
     if hardware is not None:
-        system = _resolve_system(hardware, hw_doc.source, errors)
-        if system is not None:
-            errors.extend(check_hardware(hardware, system, hw_doc.source))
+        units = fleet_units(hardware, hw_doc.source, errors)
     if model is not None:
         model_errors = check_model(model, model_src)
         errors.extend(model_errors)
@@ -112,15 +125,34 @@ def load_inputs(deployment_path: Path) -> Inputs:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     model = with_checkpoint(model, dep.spec.serving.checkpoint)
     model = with_redundant_experts(model, dep.spec.serving.redundant_experts)
-    sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
-    resolved = resolve(dep, hardware, model, system, sources, digest)
-    _check_block_size(dep, resolved, dsrc)
     model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
-    return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
-                  sources, resolved, files)
+    gpus = [_gpus(hw, system) for hw, _, system in units]
+    out = []
+    for (hw, hsrc, system), share in zip(units, gpus, strict=True):
+        d = dep if len(units) == 1 else _scaled(dep, share / sum(gpus))
+        sources = {"deployment": dsrc, "hardware": hsrc, "model": model_src}
+        resolved = resolve(d, hw, model, system, sources, digest)
+        _check_block_size(d, resolved, dsrc)
+        out.append(Inputs(d, hw, model, system, catalog.workload(d.spec.workload.profile),
+                          sources, resolved, files))
+    return tuple(out)
+
+
+def _gpus(hw: RackV1 | ClusterV1, system: System) -> int:
+    racks, trays = layout(hw, system)
+    return racks * trays * system.gpus_per_tray
+
+
+def _scaled(dep: DeploymentV1, share: float) -> DeploymentV1:
+    """A group's deployment: the sessions and requests in flight it serves of the fleet's."""
+    w = dep.spec.workload
+    scaled = {k: max(1, round(getattr(w, k) * share)) for k in ("sessions", "concurrency")
+              if getattr(w, k) is not None}
+    spec = dep.spec.model_copy(update={"workload": w.model_copy(update=scaled)})
+    return dep.model_copy(update={"spec": spec})
 
 
 def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> None:
@@ -185,6 +217,89 @@ def _resolve_system(hw: RackV1 | ClusterV1, src: SourceMap, errors: list[Diagnos
                             did_you_mean(name, catalog.system_names())))
         return None
     return catalog.system(name)
+
+
+def fleet_units(hw: RackV1 | ClusterV1, src: SourceMap,
+                errors: list[Diagnostic]) -> list[tuple[RackV1 | ClusterV1, SourceMap, System]]:
+    """(hardware, its source view, its system) per group: the hardware itself, or each group
+    of a mixed-fleet Cluster as a one-system Cluster. Problems go to `errors` (then: [])."""
+    if not (isinstance(hw, ClusterV1) and hw.spec.groups):
+        if isinstance(hw, ClusterV1) and hw.spec.system is None:
+            errors.append(_diag(src, ("spec",), "E102", "`spec.system` or `spec.groups`",
+                                "neither", "name the catalog system, or list the groups of a "
+                                "mixed fleet"))
+            return []
+        system = _resolve_system(hw, src, errors)
+        found = check_hardware(hw, system, src) if system is not None else []
+        errors.extend(found)
+        return [(hw, src, system)] if system is not None and not found else []
+    before = len(errors)
+    both = sorted(hw.spec.model_fields_set - {"groups"})
+    if both:
+        errors.append(_diag(src, ("spec", both[0]), "E210", "`groups` alone (each group sets "
+                            "its own hardware)", f"`{both[0]}` beside `groups`",
+                            f"move `{both[0]}` into the groups it applies to", key=True))
+    units, offset, seen = [], 0, {}
+    for i, group in enumerate(hw.spec.groups):
+        gsrc = src.group(i)
+        if group.name in seen:
+            errors.append(_diag(gsrc, ("spec", "name"), "E210", "a group name not used before",
+                                shown(group.name), f"groups[{seen[group.name]}] is named so"))
+        seen.setdefault(group.name, i)
+        unit = _group(hw, group, offset, gsrc, errors)
+        if unit is None:
+            continue
+        units.append(unit)
+        offset += layout(unit[0], unit[2])[0]
+    if len(errors) == before:
+        errors.extend(_unique_node_names(units))
+    return units if len(errors) == before else []
+
+
+def _group(cluster: ClusterV1, group, offset: int, src: SourceMap,
+           errors: list[Diagnostic]) -> tuple[ClusterV1, SourceMap, System] | None:
+    """One group as a one-system Cluster named after it; its unavailable GPU ids, written as
+    the plan's (racks numbered across the fleet), made its own (from r0)."""
+    fields = {k: v for k, v in group if k != "name"}
+    hw = ClusterV1.model_construct(
+        apiVersion=cluster.apiVersion, kind="Cluster",
+        metadata=cluster.metadata.model_copy(update={"name": group.name}),
+        spec=ClusterSpec.model_construct(**fields))
+    system = _resolve_system(hw, src, errors)
+    if system is None:
+        return None
+    racks = layout(hw, system)[0]
+    local = []
+    for j, gid in enumerate(group.unavailable.gpus):
+        r, rest = int(gid.split("-", 1)[0][1:]), gid.split("-", 1)[1]
+        if not offset <= r < offset + racks:
+            errors.append(_diag(src, ("spec", "unavailable", "gpus", j), "E205",
+                                f"a GPU of racks r{offset}..r{offset + racks - 1}", repr(gid),
+                                "GPU ids are the plan's: racks count on across the groups"))
+            return None
+        local.append(f"r{r - offset}-{rest}")
+    unavailable = group.unavailable.model_copy(update={"gpus": local})
+    hw = hw.model_copy(update={"spec": hw.spec.model_copy(update={"unavailable": unavailable})})
+    found = check_hardware(hw, system, src)
+    errors.extend(found)
+    return None if found else (hw, src, system)
+
+
+def _unique_node_names(units: list[tuple[ClusterV1, SourceMap, System]]) -> list[Diagnostic]:
+    """A Kubernetes node belongs to one group: node names must differ across groups."""
+    owner: dict[str, int] = {}
+    for i, (hw, src, system) in enumerate(units):
+        racks, trays = layout(hw, system)
+        for r in range(racks):
+            for t in range(trays):
+                name = node_name(hw, r, t, r * trays + t)
+                if owner.setdefault(name, i) != i:
+                    field = "node_names" if hw.spec.node_names else "node_name_template"
+                    return [_diag(src, ("spec", field), "E208",
+                                  "node names no other group uses", repr(name),
+                                  f"groups[{owner[name]}] has a node of that name; a node "
+                                  "belongs to one group")]
+    return []
 
 
 def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap) -> list[Diagnostic]:

@@ -102,6 +102,14 @@ class Instance(Frozen):
     env: dict[str, str]  # what its engines need beyond the shared environment
     kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
     connector_env: list[str]  # variables the connectors read, set by each target
+    group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
+
+    @model_serializer(mode="wrap")
+    def _omit_group(self, handler):
+        out = handler(self)
+        if out.get("group", 0) is None:
+            del out["group"]
+        return out
 
 
 class DomainMemory(Frozen):
@@ -231,11 +239,39 @@ class Decision(Frozen):
     why: str
 
 
+class FleetGroup(Frozen):
+    """One group of a mixed fleet: its own system, trays and per-system engine settings, and
+    what the perf model predicts for the instances it holds."""
+
+    name: str
+    hardware: Hardware
+    serving: Serving
+    predicted: Predicted | None
+
+
+class Fleet(Frozen):
+    """Hardware of a mixed fleet: groups of different systems; racks are numbered across it."""
+
+    groups: list[FleetGroup]
+
+    @property
+    def trays(self) -> list[Tray]:
+        return [t for g in self.groups for t in g.hardware.trays]
+
+    @property
+    def unavailable_gpus(self) -> list[str]:
+        return [u for g in self.groups for u in g.hardware.unavailable_gpus]
+
+    @property
+    def system(self) -> str:
+        return " + ".join(g.hardware.system for g in self.groups)
+
+
 class Plan(Frozen):
     apiVersion: str = PLAN_API
     kind: str = "Plan"
     inputs_digest: str
-    hardware: Hardware
+    hardware: Hardware | Fleet
     model: ModelInfo
     serving: Serving
     instances: list[Instance]
@@ -249,6 +285,31 @@ class Plan(Frozen):
     decisions: list[Decision]
 
     # lookups, indexed once per plan so that targets stay linear in its size
+    @property
+    def fleet(self) -> list[Hardware]:
+        """Each system's hardware: one, or a mixed fleet's groups in order."""
+        hw = self.hardware
+        return [g.hardware for g in hw.groups] if isinstance(hw, Fleet) else [hw]
+
+    def hardware_of(self, tray_id: str) -> Hardware:
+        """The hardware (of its group, in a mixed fleet) a tray belongs to."""
+        return self._hardware_by_tray.get(tray_id, self.hardware)
+
+    def serving_of(self, instance: Instance) -> Serving:
+        """The serving settings of an instance's group (its system's engine backends)."""
+        group = self._group_by_tray.get(instance.trays[0])
+        return self.serving if group is None else group.serving
+
+    @cached_property
+    def _group_by_tray(self) -> dict[str, FleetGroup]:
+        hw = self.hardware
+        groups = hw.groups if isinstance(hw, Fleet) else []
+        return {t.id: g for g in groups for t in g.hardware.trays}
+
+    @cached_property
+    def _hardware_by_tray(self) -> dict[str, Hardware]:
+        return {t: g.hardware for t, g in self._group_by_tray.items()}
+
     def instance(self, instance_id: str) -> Instance:
         return self._instances_by_id[instance_id]
 

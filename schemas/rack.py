@@ -54,9 +54,24 @@ class RackSpec(HardwareSpec):
     pass
 
 
-class ClusterSpec(HardwareSpec):
+class GroupSpec(HardwareSpec):
+    """One group of a mixed fleet: racks or nodes of one system. Instances never straddle
+    groups; its GPU ids continue the rack numbering of the groups before it."""
+
+    name: Name = Field(description="Group name, unique in the cluster")
     racks: count(MAX_RACKS) | None = Field(None, description="NVL72 racks (one NVLink domain each)")
     nodes: count(MAX_NODES) | None = Field(None, description="HGX nodes (one NVLink domain each)")
+
+
+class ClusterSpec(HardwareSpec):
+    system: str | None = Field(None, max_length=64,
+                               description="Catalog system of a one-system cluster (else groups)")
+    racks: count(MAX_RACKS) | None = Field(None, description="NVL72 racks (one NVLink domain each)")
+    nodes: count(MAX_NODES) | None = Field(None, description="HGX nodes (one NVLink domain each)")
+    groups: list[GroupSpec] | None = Field(
+        None, min_length=1, max_length=MAX_RACKS,
+        description="A mixed fleet: groups of different systems, instead of `system` and the "
+                    "per-system fields above")
 
 
 class RackV1(StrictModel):

@@ -41,6 +41,22 @@ class SourceMap:
     values: dict[PathKey, Position] = field(default_factory=dict)
     keys: dict[PathKey, Position] = field(default_factory=dict)
 
+    root: PathKey = ()  # a group's view (`group`): where its `spec` sits in the file
+
+    def group(self, index: int) -> "SourceMap":
+        """The view of `spec.groups[index]` of a mixed-fleet Cluster as if it were `spec`."""
+        root = ("spec", "groups", index)
+
+        def view(table: dict[PathKey, Position]) -> dict[PathKey, Position]:
+            out = {p: pos for p, pos in table.items() if p[:2] != ("spec", "groups")}
+            out.update({("spec", *p[3:]): pos for p, pos in table.items() if p[:3] == root})
+            return out
+        return SourceMap(self.file, view(self.values), view(self.keys), root)
+
+    def shown(self, path: PathKey) -> PathKey:
+        """`path` as written in the file (a group's `spec.x` is `spec.groups[i].x`)."""
+        return self.root + path[1:] if self.root and path[:1] == ("spec",) else path
+
     def locate(self, path: PathKey, prefer_key: bool = False) -> Position:
         """Closest known position of `path`, walking up to its parents when needed."""
         for n in range(len(path), -1, -1):

@@ -35,6 +35,7 @@ class _Key(NamedTuple):
     role: str
     shape: str
     domain: str
+    group: str  # a mixed fleet's group, else ""
     dp: int
     tp: int
     ep: int
@@ -43,14 +44,16 @@ class _Key(NamedTuple):
 
 
 def _key(plan: Plan, i: Instance) -> _Key:
-    domain = nvlink_domain(plan, i) if multi_node_nvlink(plan) else ""
-    return _Key(i.role, i.shape, domain, i.dp, i.tp, i.ep, i.max_batch, i.max_batched_tokens)
+    domain = nvlink_domain(plan, i) if multi_node_nvlink(plan, i) else ""
+    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.max_batch, i.max_batched_tokens)
 
 
 def _name(key: _Key, keys: list[_Key]) -> str:
     same_shape = [k for k in keys if (k.role, k.shape) == (key.role, key.shape)]
     parts = [key.role, key.shape]
-    if len({k.domain for k in same_shape}) > 1:
+    if len({k.group for k in same_shape}) > 1 and not key.domain:
+        parts.append(key.group)
+    if len({k.domain for k in same_shape}) > 1 and key.domain:
         parts.append(key.domain)
     if len([k for k in same_shape if k.domain == key.domain]) > 1:
         parts += [f"b{key.max_batch}", f"t{key.max_batched_tokens}"]

@@ -16,7 +16,6 @@ from compiler.plan import Instance, Plan
 from targets._components import Component
 from targets._errors import TargetError
 from targets._mooncake import pool_enabled
-from targets._topology import multi_node_nvlink
 from targets._yaml import compact_json
 
 SUPPORTED_VLLM = ("0.33",)
@@ -54,10 +53,12 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
     return flags
 
 
-def attention_flags(plan: Plan) -> list[str]:
-    """The backend and its options (dense MLA on Blackwell: the TRT-LLM ragged prefill)."""
-    return ["--attention-backend", plan.serving.attention_backend,
-            *(f"-ac.{k}={v}" for k, v in plan.serving.attention_options.items())]
+def attention_flags(plan: Plan, instance: Instance) -> list[str]:
+    """The backend and its options (dense MLA on Blackwell: the TRT-LLM ragged prefill), of the
+    instance's system."""
+    serving = plan.serving_of(instance)
+    return ["--attention-backend", serving.attention_backend,
+            *(f"-ac.{k}={v}" for k, v in serving.attention_options.items())]
 
 
 def kernel_flags(plan: Plan, instance: Instance) -> list[str]:
@@ -65,9 +66,10 @@ def kernel_flags(plan: Plan, instance: Instance) -> list[str]:
     flags = []
     if instance.moe_backend:
         flags += ["--moe-backend", instance.moe_backend]
-    if plan.serving.linear_backend:
-        flags += ["--linear-backend", plan.serving.linear_backend]
-    return flags + attention_flags(plan)
+    linear = plan.serving_of(instance).linear_backend
+    if linear:
+        flags += ["--linear-backend", linear]
+    return flags + attention_flags(plan, instance)
 
 
 def kv_cache_dtype(plan: Plan) -> str:
@@ -149,11 +151,12 @@ def engine_env(plan: Plan, component: Component | None = None) -> dict[str, str]
     env = {"PYTHONHASHSEED": PYTHONHASHSEED}
     if component is not None:
         env |= component.instances[0].env
-    if multi_node_nvlink(plan):
+    nvl72 = component is not None and bool(component.domain)
+    if nvl72:
         # NCCL and NIXL (UCX) over the rack's multi-node NVLink (the GB200 ComputeDomain recipes).
         env |= {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
                 "UCX_CUDA_IPC_ENABLE_MNNVL": "y", "UCX_TLS": "cuda_copy,cuda_ipc,tcp"}
-    if pool_enabled(plan) and multi_node_nvlink(plan):
+    if pool_enabled(plan) and nvl72:
         env["WITH_NVIDIA_PEERMEM"] = "0"  # DMA-BUF registration on Grace/Vera (KUBERNETES.md 6.2)
     return dict(sorted(env.items()))
 

@@ -47,7 +47,6 @@ from compiler.plan import Plan
 from targets import _mooncake
 from targets._components import Component
 from targets._names import dns_label
-from targets._topology import multi_node_nvlink
 from targets._yaml import dump_json, dump_yaml
 
 _API = ApiClient()
@@ -110,15 +109,14 @@ def compute_domain(plan: Plan, domain: str) -> dict:
 
 
 def compute_domains(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
-    if not multi_node_nvlink(plan):
-        return []
-    return [compute_domain(plan, d) for d in sorted({c.domain for c in comps})]
+    """One ComputeDomain per NVLink domain that runs engines (none on HGX)."""
+    return [compute_domain(plan, d) for d in sorted({c.domain for c in comps if c.domain})]
 
 
 # --- engine pods ----------------------------------------------------------------------------
 
-def node_selector(plan: Plan) -> dict[str, str]:
-    hw = plan.hardware
+def node_selector(plan: Plan, component: Component) -> dict[str, str]:
+    hw = plan.hardware_of(component.instances[0].trays[0])
     return {"kubernetes.io/arch": hw.arch, "nvidia.com/gpu.product": hw.gpu_product,
             **hw.node_labels}
 
@@ -157,7 +155,7 @@ def engine_container(plan: Plan, component: Component, command: list[str], args:
                      ) -> V1Container:
     """The `main` container of an engine pod. With a pool it reads its node's Mooncake client
     file: NODE_NAME comes first, so that Kubernetes can expand it in MOONCAKE_CONFIG_PATH."""
-    claims = [CoreV1ResourceClaim(name=CHANNEL_CLAIM)] if multi_node_nvlink(plan) else None
+    claims = [CoreV1ResourceClaim(name=CHANNEL_CLAIM)] if component.domain else None
     mounts = list(extra_mounts or [])
     if _mooncake.pool_enabled(plan):
         mounts.append(V1VolumeMount(name=MOONCAKE_VOLUME, mount_path=_mooncake.CONFIG_DIR,
@@ -176,7 +174,7 @@ def engine_container(plan: Plan, component: Component, command: list[str], args:
 def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
                     extra_volumes: list[V1Volume] | None = None) -> V1PodSpec:
     claims, volumes = None, list(extra_volumes or [])
-    if multi_node_nvlink(plan):
+    if component.domain:
         claims = [V1PodResourceClaim(
             name=CHANNEL_CLAIM,
             resource_claim_template_name=channel_template_name(plan, component.domain))]
@@ -184,7 +182,7 @@ def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
         volumes.append(V1Volume(name=MOONCAKE_VOLUME, config_map=V1ConfigMapVolumeSource(
             name=mooncake_client_map(plan))))
     return V1PodSpec(containers=[container], affinity=node_affinity(component.node_names),
-                     node_selector=node_selector(plan), resource_claims=claims,
+                     node_selector=node_selector(plan, component), resource_claims=claims,
                      volumes=volumes or None)
 
 
@@ -222,7 +220,7 @@ def mooncake_objects(plan: Plan) -> list[dict]:
         volume_mounts=[V1VolumeMount(name="config", mount_path=_mooncake.CONFIG_DIR,
                                      read_only=True)])
     pod = V1PodSpec(containers=[container],
-                    node_selector={"kubernetes.io/arch": plan.hardware.arch},
+                    node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
                     volumes=[V1Volume(name="config",
                                       config_map=V1ConfigMapVolumeSource(name=name))])
     deployment = V1Deployment(

@@ -72,7 +72,7 @@ def client_configs(plan: Plan) -> dict[str, dict]:
             "metadata_server": "P2PHANDSHAKE",
             "master_server_address": master_address(plan),
             "global_segment_size": size,
-            "protocol": "rdma" if plan.hardware.rdma_devices_per_tray else "tcp",
+            "protocol": "rdma" if plan.hardware_of(tray).rdma_devices_per_tray else "tcp",
             "device_name": "",
         }
         for tray, size in segment_bytes_per_rank(plan).items()

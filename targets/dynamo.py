@@ -50,7 +50,7 @@ def frontend_component(plan: Plan) -> dict:
         name="main", image=plan.serving.image, command=["python3", "-m", "dynamo.frontend"],
         args=frontend_args(plan), env_from=_kube.secret_env(plan))
     spec = V1PodSpec(containers=[container],
-                     node_selector={"kubernetes.io/arch": plan.hardware.arch})
+                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch})
     return {"name": "frontend", "type": "frontend", "replicas": 1,
             "podTemplate": _kube.pod_template(spec)}
 

@@ -130,9 +130,14 @@ LABELLED_PANELS = 2  # instance ids written on the GPUs up to this many panels
 
 
 def panels(plan: Plan) -> list[tuple[str, list]]:
-    """(title, trays) per panel: one per NVLink rack; HGX nodes in runs of 16."""
-    trays = plan.hardware.trays
-    if plan.hardware.form == "hgx":
+    """(title, trays) per panel: one per NVLink rack; HGX nodes in runs of 16 (a mixed fleet:
+    each group's panels in turn)."""
+    return [panel for hw in plan.fleet for panel in _panels(hw)]
+
+
+def _panels(hw) -> list[tuple[str, list]]:
+    trays = hw.trays
+    if hw.form == "hgx":
         n = HGX_NODES_PER_PANEL
         return [(f"{trays[k].id} .. {trays[min(k + n, len(trays)) - 1].id}", trays[k:k + n])
                 for k in range(0, len(trays), n)]
@@ -146,12 +151,19 @@ def rack_png(plan: Plan) -> bytes:
     """One panel per rack (HGX: per 16 nodes): trays as rows, GPUs as columns, each GPU split
     into its memory domains (one cell each), coloured by the role of the instance using it
     (dark: unavailable, grey: idle). Panels are drawn into one image, so the cost grows with
-    the GPUs, not with matplotlib artists per rack."""
+    the GPUs, not with matplotlib artists per rack. In a mixed fleet every panel is as wide as
+    the widest tray (in memory domains); a GPU of another system spans as many cells."""
+    import math
+
     import numpy as np
     from matplotlib.colors import to_rgb
 
     role_of = {g: i.role for i in plan.instances for g in i.gpus}
-    per, doms = plan.hardware.gpus_per_tray, plan.hardware.domains_per_gpu
+    fleet = plan.fleet
+    per = max(h.gpus_per_tray for h in fleet)
+    cell_w = math.lcm(*(h.gpus_per_tray * h.domains_per_gpu for h in fleet))
+    cells = {t.id: (cell_w // h.gpus_per_tray, h) for h in fleet for t in h.trays}
+    doms = min(c for c, _ in cells.values())  # the gap between panels, in cells
     down = set(plan.hardware.unavailable_gpus)
     colour = {key: to_rgb(c) for key, c in ROLE_COLOURS.items()}
     dark, white = to_rgb(DOWN_COLOUR), (1.0, 1.0, 1.0)
@@ -159,7 +171,7 @@ def rack_png(plan: Plan) -> bytes:
     cols = min(len(groups), 8)
     rows = -(-len(groups) // cols)
     height = max(len(trays) for _, trays in groups)
-    cell_w, gap_x, gap_y = per * doms, doms, 2  # gaps between panels, in cells
+    gap_x, gap_y = doms, 2  # gaps between panels, in cells
     pw, ph = cell_w + gap_x, height + gap_y
     image = np.ones((rows * ph, cols * pw - gap_x, 3))
     for k, (_, trays) in enumerate(groups):
@@ -167,7 +179,7 @@ def rack_png(plan: Plan) -> bytes:
         for r, tray in enumerate(trays):
             image[y0 + r, x0:x0 + cell_w] = [
                 dark if g in down else colour[role_of.get(g)] for g in tray.gpus
-                for _ in range(doms)]
+                for _ in range(cells[tray.id][0])]
     labelled = len(groups) <= LABELLED_PANELS
     if labelled:  # room for tray ids and instance labels
         fig = _figure(1.6 + 1.1 * per * cols, 1.0 + 0.3 * image.shape[0])
@@ -184,15 +196,17 @@ def rack_png(plan: Plan) -> bytes:
         hy += [y0 + r for r in range(1, len(trays))]
         hx0 += [x0] * (len(trays) - 1)
         hx1 += [x0 + cell_w] * (len(trays) - 1)
-        vx += list(range(x0 + doms, x0 + cell_w, doms))
-        vy0 += [y0] * (per - 1)
-        vy1 += [y0 + len(trays)] * (per - 1)
-        split = [x0 + x for x in range(1, cell_w) if x % doms]  # memory domains of a GPU
+        width, hw = cells[trays[0].id]  # cells per GPU, of this panel's system
+        step = width // hw.domains_per_gpu
+        vx += list(range(x0 + width, x0 + cell_w, width))
+        vy0 += [y0] * (hw.gpus_per_tray - 1)
+        vy1 += [y0 + len(trays)] * (hw.gpus_per_tray - 1)
+        split = [x0 + x for x in range(step, cell_w, step) if x % width]  # its memory domains
         dx += split
         dy0 += [y0] * len(split)
         dy1 += [y0 + len(trays)] * len(split)
         if labelled:
-            _label_panel(ax, plan, trays, x0, y0, doms)
+            _label_panel(ax, plan, trays, x0, y0, width)
     ax.hlines(hy, hx0, hx1, color=white, linewidth=0.6)
     ax.vlines(vx, vy0, vy1, color=white, linewidth=1.2)
     if dx:

@@ -12,8 +12,13 @@ def check_plan(plan: Plan) -> None:
     assert not set(used) & set(plan.hardware.unavailable_gpus), "an unavailable GPU is used"
     tray_of = {g: t.id for t in plan.hardware.trays for g in t.gpus}
     domain_of = {t.id: t.nvlink_domain for t in plan.hardware.trays}
-    per = plan.hardware.gpus_per_tray
     for inst in plan.instances:
+        hw = plan.hardware_of(inst.trays[0])
+        assert all(plan.hardware_of(t) is hw for t in inst.trays), f"{inst.id} straddles groups"
+        if len(plan.fleet) > 1:
+            group = next(g for g in plan.hardware.groups if g.hardware is hw)
+            assert inst.group == group.name, f"{inst.id} names the wrong group"
+        per = hw.gpus_per_tray
         shape = parse_shape(inst.shape)
         assert len(inst.gpus) == shape.gpus == inst.dp * inst.tp
         trays = {tray_of[g] for g in inst.gpus}
@@ -22,7 +27,7 @@ def check_plan(plan: Plan) -> None:
             assert len(trays) == 1, f"{inst.id} leaves its tray"
         else:
             assert len(trays) == shape.gpus // per, f"{inst.id} not on whole trays"
-        if plan.hardware.form == "nvl72":
+        if hw.form == "nvl72":
             assert len({domain_of[t] for t in trays}) == 1, f"{inst.id} spans NVLink domains"
     for dom, m in plan.memory.items():
         total = m.weights_gib + m.kv_gib + m.engram_gib + m.pool_gib + m.workspace_gib

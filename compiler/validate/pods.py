@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from compiler import catalog
-from compiler.plan import Plan
+from compiler.plan import Hardware, Plan
 from compiler.validate.bundle import Obj, Script
 from compiler.validate.quantity import parse as parse_quantity
 
@@ -67,8 +67,12 @@ def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     devices under each RDMA resource name `requested` (is_rdma). Labels: the manifest's
     `node_labels` (less values GPU Feature Discovery cannot write), and those the kubelet sets
     whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`, and
-    `kubernetes.io/hostname` where the site says it is the node name)."""
-    hw = plan.hardware
+    `kubernetes.io/hostname` where the site says it is the node name). A mixed fleet: each
+    group's nodes, as its system has them."""
+    return [n for hw in plan.fleet for n in _nodes(plan, hw, requested)]
+
+
+def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
     system = catalog.system(hw.system)
     dram_gib = getattr(hw, "dram_gib_per_tray", None) or system.tray.dram_gib.value
     cores = getattr(hw, "cpu_cores_per_tray", None)

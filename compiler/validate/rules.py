@@ -114,7 +114,7 @@ def _label_hint(requirement: str) -> str:
 
 def selector_matches_node(ctx: Context) -> list[Finding]:
     out = []
-    bad_values = {k: v for k, v in ctx.plan.hardware.node_labels.items()
+    bad_values = {k: v for hw in ctx.plan.fleet for k, v in hw.node_labels.items()
                   if k in pods.GFD_FORMATS and not pods.GFD_FORMATS[k].fullmatch(v)}
     for b in ctx.bundles:
         for g in b.groups:

@@ -260,7 +260,7 @@ def test_selectors_must_match_a_node_of_the_manifest(selector, why):
 def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
     plan, _ = compiled(VR)
     site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"))
-    with_site = SimpleNamespace(hardware=plan.hardware, site=site)
+    with_site = SimpleNamespace(hardware=plan.hardware, fleet=plan.fleet, site=site)
     [first, *_] = pods.nodes(with_site, ("rdma/ib", "rdma/other"))
     assert first.labels["kubernetes.io/hostname"] == first.name
     assert "rdma/ib" in first.capacity and "rdma/other" not in first.capacity

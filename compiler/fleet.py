@@ -1,0 +1,219 @@
+"""Mixed fleets: one plan from the plans of a Cluster's groups, each solved on its own system.
+
+Every group is planned as a one-system cluster (its own candidates, counts, placement and perf
+model), so no instance straddles groups. The merged plan numbers racks, NVLink domains and
+instances on across the groups in order (group 2's first rack follows group 1's last), so ids
+stay unique and `plan.yaml`'s ids name one GPU each. One Mooncake pool (every group's segments)
+and one router (every group's instances) span the fleet; KV blocks move between groups, so the
+groups must agree on the block size and the KV cache dtype.
+"""
+
+import re
+from collections.abc import Callable
+
+from compiler import catalog
+from compiler.load import Inputs
+from compiler.plan import (
+    CurvePoint,
+    Fleet,
+    FleetGroup,
+    KvPool,
+    PhaseSolve,
+    Plan,
+    Predicted,
+    SolverInfo,
+)
+from compiler.solve.place import gap
+from schemas.diagnostics import CompileError, Diagnostic
+
+_RACK = re.compile(r"^r([0-9]+)(-.*)?$")
+_NVLINK = re.compile(r"^nvl([0-9]+)$")
+_INSTANCE = re.compile(r"^(prefill|decode|aggregated)-([0-9]+)$")
+
+
+def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
+    """The fleet's plan from each group's (in the Cluster's order)."""
+    _check_shared(fleet, plans)
+    racks = nvlinks = 0
+    numbers: dict[str, int] = {}
+    renamed = []
+    for plan in plans:
+        rename = _renamer(racks, nvlinks, dict(numbers))
+        renamed.append(Plan.model_validate(_walk(plan.model_dump(mode="json"), rename)))
+        racks += len({t.id.split("-")[0] for t in plan.hardware.trays})
+        nvlinks += len({t.nvlink_domain for t in plan.hardware.trays})
+        for role in ("prefill", "decode", "aggregated"):
+            own = [int(_INSTANCE.match(i.id)[2]) for i in plan.instances if i.role == role]
+            numbers[role] = numbers.get(role, 0) + (max(own) + 1 if own else 0)
+    names = [i.hardware.metadata.name for i in fleet]
+    first = renamed[0]
+    groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted)
+              for n, p in zip(names, renamed, strict=True)]
+    instances = sorted((i.model_copy(update={"group": n})
+                        for n, p in zip(names, renamed, strict=True) for i in p.instances),
+                       key=lambda i: i.id)
+    segments = [s for p in renamed for s in p.kv_pool.segments]
+    pool = KvPool(enabled=any(p.kv_pool.enabled for p in renamed), segments=segments,
+                  total_gib=round(sum(p.kv_pool.total_gib for p in renamed), 3))
+    return first.model_copy(update={
+        "hardware": Fleet(groups=groups),
+        "instances": instances,
+        "memory": dict(sorted(((k, v) for p in renamed for k, v in p.memory.items()),
+                              key=lambda kv: _natural(kv[0]))),
+        "host_memory": dict(sorted(((k, v) for p in renamed for k, v in p.host_memory.items()),
+                                   key=lambda kv: _natural(kv[0]))),
+        "engram_shards": [s.model_copy(update={"group": f"prefill-{n}"}) if s.group == "prefill"
+                          else s for n, p in zip(names, renamed, strict=True)
+                          for s in p.engram_shards],  # one prefill peer group per group
+        "kv_pool": pool,
+        "solver": _solver([p.solver for p in renamed]),
+        "predicted": _predicted(fleet, renamed),
+        "decisions": _decisions(names, renamed),
+    })
+
+
+def _check_shared(fleet: tuple[Inputs, ...], plans: list[Plan]) -> None:
+    """What the pool, the router and KV transfer between groups need the groups to share."""
+    first = plans[0]
+    for inputs, plan in zip(fleet[1:], plans[1:], strict=True):
+        for what, a, b in (("block_size", first.serving.block_size, plan.serving.block_size),
+                           ("kv_cache_dtype", first.serving.kv_cache_dtype,
+                            plan.serving.kv_cache_dtype)):
+            if a != b:
+                src = inputs.sources["deployment"]
+                pos = src.locate(("spec", "serving", what))
+                raise CompileError([Diagnostic(
+                    "error", "E210", src.file, pos.line, pos.column, f"spec.serving.{what}",
+                    f"one {what} for every group (KV blocks move between groups)",
+                    f"{a} on {fleet[0].system.name}, {b} on {inputs.system.name}",
+                    f"set serving.{what} to a value both systems' kernels take")])
+        if plan.model != first.model:
+            src = inputs.sources["hardware"]
+            raise CompileError([Diagnostic(
+                "error", "E210", src.file, 1, 1, "spec.groups",
+                "groups that serve the model in one format",
+                f"{first.model.expert_format} on {fleet[0].system.name}, "
+                f"{plan.model.expert_format} on {inputs.system.name}",
+                "set serving.checkpoint so that every group loads the same weights")])
+
+
+def _renamer(racks: int, nvlinks: int, numbers: dict[str, int]) -> Callable[[str], str]:
+    def rename(s: str) -> str:
+        if m := _RACK.match(s):
+            return f"r{int(m[1]) + racks}{m[2] or ''}"
+        if m := _NVLINK.match(s):
+            return f"nvl{int(m[1]) + nvlinks}"
+        if m := _INSTANCE.match(s):
+            return f"{m[1]}-{int(m[2]) + numbers.get(m[1], 0):02d}"
+        return s
+    return rename
+
+
+_TEXT = {"form", "system", "node_name", "name", "hf_id", "image", "namespace", "why", "value", "path"}
+
+
+def _walk(x: object, rename: Callable[[str], str]) -> object:
+    """Every id in a dumped plan renamed: strings, and the keys of mappings (memory maps);
+    names and texts the user wrote (node names, decisions) stay as they are."""
+    if isinstance(x, dict):
+        return {rename(k): v if k in _TEXT else _walk(v, rename) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_walk(v, rename) for v in x]
+    return rename(x) if isinstance(x, str) else x
+
+
+def _natural(node: str) -> tuple:
+    return tuple(int(p[1:]) if p[1:].isdigit() else p for p in node.split("-"))
+
+
+def _solver(infos: list[SolverInfo]) -> SolverInfo:
+    """Goodputs add up (each group serves its own share); the worst status and gap hold."""
+    def phase(ps: list[PhaseSolve]) -> PhaseSolve:
+        obj, bound = sum(p.objective for p in ps), sum(p.bound for p in ps)
+        return PhaseSolve(status=_status(p.status for p in ps), objective=round(obj, 3),
+                          bound=round(bound, 3), gap=max(p.gap for p in ps),
+                          seconds=round(sum(p.seconds for p in ps), 3))
+    counts, placement = phase([s.counts for s in infos]), phase([s.placement for s in infos])
+    counts = counts.model_copy(update={"gap": round(gap(counts.objective, counts.bound), 6)})
+    return SolverInfo(status=_status(s.status for s in infos),
+                      objective=round(sum(s.objective for s in infos), 3),
+                      bound=round(sum(s.bound for s in infos), 3),
+                      seconds=round(sum(s.seconds for s in infos), 3), counts=counts,
+                      placement=placement, racks=[r for s in infos for r in s.racks])
+
+
+def _status(statuses) -> str:
+    return "OPTIMAL" if all(s == "OPTIMAL" for s in statuses) else "FEASIBLE"
+
+
+def _predicted(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Predicted | None:
+    """The fleet's metrics from its groups': rates add up, per-GPU and per-kW figures are the
+    fleet totals over its GPUs and power, the prefix hit rate and prefill utilisation are
+    weighted by requests; percentiles are the worst group's (the fleet's own percentile lies
+    between the groups'), so they bound it. Each group's own prediction is in its group."""
+    ps = [p.predicted for p in plans]
+    if any(p is None for p in ps):
+        return None
+    gpus = [sum(len(i.gpus) for i in p.instances) for p in plans]
+    kw = [n * catalog.system(i.system.name).gpu.power_w.value / 1000
+          for n, i in zip(gpus, fleet, strict=True)]
+    rps = [p.requests_per_s for p in ps]
+
+    def per_gpu(field: str) -> float:
+        return round(sum(getattr(p, field) * n for p, n in zip(ps, gpus, strict=True))
+                     / max(sum(gpus), 1), 3)
+
+    def by_requests(field: str) -> float:
+        return round(sum(getattr(p, field) * r for p, r in zip(ps, rps, strict=True))
+                     / max(sum(rps), 1e-9), 4)
+
+    names = [i.hardware.metadata.name for i in fleet]
+    return Predicted(
+        output_tokens_per_s_per_gpu=per_gpu("output_tokens_per_s_per_gpu"),
+        total_tokens_per_s_per_gpu=per_gpu("total_tokens_per_s_per_gpu"),
+        tokens_per_s_per_user_p50=min(p.tokens_per_s_per_user_p50 for p in ps),
+        tokens_per_s_per_user_p90=min(p.tokens_per_s_per_user_p90 for p in ps),
+        ttft_ms_p50=max(p.ttft_ms_p50 for p in ps),
+        ttft_ms_p90=max(p.ttft_ms_p90 for p in ps),
+        tpot_ms_p50=max(p.tpot_ms_p50 for p in ps),
+        prefix_hit_rate=by_requests("prefix_hit_rate"),
+        tokens_per_s_per_kw=round(sum(p.tokens_per_s_per_kw * k for p, k in
+                                      zip(ps, kw, strict=True)) / max(sum(kw), 1e-9), 3),
+        instances=[g for p in ps for g in p.instances],
+        breakdown={f"{n}/{k}": v for n, p in zip(names, ps, strict=True)
+                   for k, v in p.breakdown.items()},
+        requests_per_s=round(sum(rps), 4),
+        prefill_utilisation=by_requests("prefill_utilisation"),
+        curve=_curve(ps, gpus),
+    )
+
+
+def _curve(ps: list[Predicted], gpus: list[int]) -> list[CurvePoint]:
+    """At each decode batch every group reaches: throughput over the fleet's GPUs, the slowest
+    group's tokens per user."""
+    by_batch = [{c.batch: c for c in p.curve} for p in ps]
+    common = sorted(set.intersection(*(set(b) for b in by_batch)))
+    total = max(sum(gpus), 1)
+    return [CurvePoint(
+        batch=b,
+        tokens_per_s_per_user_p50=min(c[b].tokens_per_s_per_user_p50 for c in by_batch),
+        output_tokens_per_s_per_gpu=round(sum(c[b].output_tokens_per_s_per_gpu * n for c, n in
+                                              zip(by_batch, gpus, strict=True)) / total, 3),
+        total_tokens_per_s_per_gpu=round(sum(c[b].total_tokens_per_s_per_gpu * n for c, n in
+                                             zip(by_batch, gpus, strict=True)) / total, 3))
+        for b in common]
+
+
+def _decisions(names: list[str], plans: list[Plan]):
+    """Every group's decisions; one that differs between groups is named by group."""
+    seen: dict[str, set[str]] = {}
+    for p in plans:
+        for d in p.decisions:
+            seen.setdefault(d.path, set()).add(d.value)
+    out = {}
+    for n, p in zip(names, plans, strict=True):
+        for d in p.decisions:
+            if len(seen[d.path]) > 1:
+                d = d.model_copy(update={"path": f"groups.{n}.{d.path}"})
+            out.setdefault(d.path, d)
+    return [out[k] for k in sorted(out)]
