@@ -31,11 +31,33 @@ CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memor
 
 
 def check(deployment: Path) -> dict:
-    """`rackc check`: inputs valid, hardware counted, which shapes fit. Raises CompileError."""
-    inputs = load_inputs(deployment)
+    """`rackc check`: inputs valid, hardware counted, which shapes fit. Raises CompileError.
+    A mixed fleet: the groups' counts added up, each shape named with its group."""
+    results = [_check(inputs) for inputs in load_fleet(deployment)]
+    if len(results) == 1:
+        result, diagnostics = results[0]
+    else:
+        result = dict(results[0][0])
+        names = [r["group"] for r, _ in results]
+        result.update(ok=all(r["ok"] for r, _ in results),
+                      system=" + ".join(r["system"] for r, _ in results),
+                      shapes=[{"group": n, **f} for n, (r, _) in zip(names, results, strict=True)
+                              for f in r["shapes"]],
+                      diagnostics=[d for r, _ in results for d in r["diagnostics"]])
+        for key in ("racks", "trays", "gpus", "gpus_available", "memory_domains",
+                    "nvlink_domains"):
+            result[key] = sum(r[key] for r, _ in results)
+        diagnostics = [d for _, ds in results for d in ds]
+    result.pop("group")
+    if not result["ok"]:
+        raise CompileError(diagnostics, exit_code=3, result=result)
+    return result
+
+
+def _check(inputs: Inputs) -> tuple[dict, list[Diagnostic]]:
     g = build_graph(inputs)
     pre = precheck(inputs, g)
-    result = {
+    return {
         "ok": pre.ok,
         "system": inputs.system.name,
         "racks": g.graph["racks"],
@@ -50,10 +72,8 @@ def check(deployment: Path) -> dict:
                                                       inputs.resolved.kv_cache_dtype.value),
         "shapes": [f.to_dict() for f in pre.fits],
         "diagnostics": [d.to_dict() for d in pre.diagnostics],
-    }
-    if not pre.ok:
-        raise CompileError(pre.diagnostics, exit_code=3, result=result)
-    return result
+        "group": inputs.hardware.metadata.name,
+    }, list(pre.diagnostics)
 
 
 def failed_check(error: CompileError) -> dict:

@@ -54,11 +54,13 @@ def cmd_check(args: argparse.Namespace) -> int:
           f"{result['memory_domains']} memory domains, {result['nvlink_domains']} NVLink domain(s)")
     print(f"model {result['model']}: {result['weights_gib']} GiB of weights, "
           f"{result['kv_bytes_per_token']} KV bytes per token")
-    for role in ("prefill", "decode"):
-        shapes = [s for s in result["shapes"] if s["role"] == role]
-        fit = ", ".join(f"{s['shape']} ({s['weights_gib_per_gpu']} GiB)" for s in shapes
-                        if s["fits"])
-        print(f"{role} shapes that fit: {fit or 'none'}")
+    groups = list(dict.fromkeys(s.get("group") for s in result["shapes"])) or [None]
+    for group in groups:  # a mixed fleet: each group's shapes
+        for role in ("prefill", "decode"):
+            shapes = [s for s in result["shapes"] if s["role"] == role and s.get("group") == group]
+            fit = ", ".join(f"{s['shape']} ({s['weights_gib_per_gpu']} GiB)" for s in shapes
+                            if s["fits"])
+            print(f"{f'{group}: ' if group else ''}{role} shapes that fit: {fit or 'none'}")
     return 0
 
 

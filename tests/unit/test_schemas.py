@@ -33,3 +33,21 @@ def test_models_forbid_unknown_keys_and_coercion():
         assert model.model_config["extra"] == "forbid"
         assert model.model_config["strict"] is True
         assert model.model_config["frozen"] is True
+
+
+def test_cluster_takes_one_system_or_groups_of_systems():
+    one = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "c"},
+           "spec": {"system": "gb300-nvl72", "racks": 2}}
+    assert KINDS["Cluster"].model_validate(one).spec.groups is None
+    mixed = {**one, "spec": {"groups": [{"name": "a", "system": "gb300-nvl72", "racks": 1},
+                                        {"name": "b", "system": "hgx-h200", "nodes": 4}]}}
+    spec = KINDS["Cluster"].model_validate(mixed).spec
+    assert spec.system is None and [g.name for g in spec.groups] == ["a", "b"]
+    schema = json.loads((JSON_DIR / "cluster.schema.json").read_text())
+    jsonschema.validate(mixed, schema)
+    for bad in ({"system": "hgx-h200", "nodes": 4},  # a group needs its name
+                {"name": "a", "system": "hgx-h200", "groups": []}):  # groups do not nest
+        with pytest.raises(ValueError):
+            KINDS["Cluster"].model_validate({**one, "spec": {"groups": [bad]}})
+    with pytest.raises(ValueError):  # at least one group
+        KINDS["Cluster"].model_validate({**one, "spec": {"groups": []}})
