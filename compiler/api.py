@@ -11,9 +11,9 @@ import yaml
 from compiler import arch, graph, incremental
 from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
-from compiler.graph import build_graph
 from compiler.fleet import merge
-from compiler.load import Inputs, display_name, load_fleet, load_inputs
+from compiler.graph import build_graph
+from compiler.load import Inputs, display_name, load_fleet
 from compiler.lower import lower
 from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan

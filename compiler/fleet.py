@@ -109,7 +109,8 @@ def _renamer(racks: int, nvlinks: int, numbers: dict[str, int]) -> Callable[[str
     return rename
 
 
-_TEXT = {"form", "system", "node_name", "name", "hf_id", "image", "namespace", "why", "value", "path"}
+_TEXT = {"form", "system", "node_name", "name", "hf_id", "image", "namespace", "why", "value",
+         "path"}
 
 
 def _walk(x: object, rename: Callable[[str], str]) -> object:

@@ -15,9 +15,9 @@ from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
-from schemas.rack import ClusterSpec
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
+from schemas.rack import ClusterSpec
 from schemas.reading import FileProblem, read_regular
 from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate

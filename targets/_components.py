@@ -45,7 +45,8 @@ class _Key(NamedTuple):
 
 def _key(plan: Plan, i: Instance) -> _Key:
     domain = nvlink_domain(plan, i) if multi_node_nvlink(plan, i) else ""
-    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.max_batch, i.max_batched_tokens)
+    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.max_batch,
+                i.max_batched_tokens)
 
 
 def _name(key: _Key, keys: list[_Key]) -> str:

@@ -43,10 +43,13 @@ def performance_md(plan: Plan) -> str:
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += fallbacks_md(plan)
     lines += _balance_lines(p.get("balance"))
-    for phase in ("decode", "prefill"):
+    grouped = [k for k in p["breakdown"] if "/" in k]  # a mixed fleet: `group/phase`
+    for phase in grouped or ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
         total = sum(steps.values()) or 1.0
-        lines += ["", f"## {phase.capitalize()} step by operator", "", "| operator | us | share |",
+        group, _, name = phase.rpartition("/")
+        title = f"{group}: {name}" if group else name.capitalize()
+        lines += ["", f"## {title} step by operator", "", "| operator | us | share |",
                   "|---|---|---|"]
         for op, us in sorted(steps.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {op} | {us:,.1f} | {100 * us / total:.1f}% |")

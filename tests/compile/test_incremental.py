@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from compiler import api, incremental
+from compiler.load import load_inputs
 from schemas.diagnostics import CompileError
 from tests.builders import write_case
 from tests.invariants import check_plan
@@ -32,7 +33,7 @@ def _recompile(fleet, ids: str):
 def test_untouched_instances_keep_their_ids_and_gpus(fleet, ids: str):
     old, new = _recompile(fleet, ids)
     down = set(new.hardware.unavailable_gpus)
-    assert down >= set(incremental.parse_ids(ids, api.load_inputs(fleet[0])))
+    assert down >= set(incremental.parse_ids(ids, load_inputs(fleet[0])))
     by_id = {i.id: i for i in new.instances}
     for inst in old.instances:
         if down.isdisjoint(inst.gpus):
