@@ -4,7 +4,7 @@ import math
 
 import networkx as nx
 
-from compiler import arch, graph
+from compiler import arch, graph, site
 from compiler.load import Inputs
 from compiler.plan import (
     Decision,
@@ -60,9 +60,8 @@ def _serving(inputs: Inputs) -> Serving:
     s = d.spec.serving
     spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
                        acceptance=s.speculative.acceptance) if s.speculative else None
-    return Serving(name=d.metadata.name, namespace=s.namespace, image=s.image,
-                   vllm_version=s.vllm_version, hf_token_secret=s.hf_token_secret,
-                   kv_cache_dtype=kv_dtype(inputs), block_size=s.block_size,
+    return Serving(name=d.metadata.name, namespace=s.namespace,
+                   vllm_version=s.vllm_version, kv_cache_dtype=kv_dtype(inputs), block_size=s.block_size,
                    max_model_len=max_model_len(inputs), speculative=spec,
                    engram_placement=s.engram_placement)
 
@@ -147,18 +146,21 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
     model = _model(inputs)
     instances = _instances(sol, g)
     memory = _memory(sol, instances, g)
+    hardware = _hardware(inputs, g)
+    engram = _engram(inputs, model, instances, g)
+    kv_pool = _pool(inputs, instances, memory)
     routing = inputs.deployment.spec.serving.routing
     c, p = sol.counts, sol.placement
     both_optimal = c.status == "OPTIMAL" and p.status == "OPTIMAL"
     return Plan(
         inputs_digest=inputs.digest,
-        hardware=_hardware(inputs, g),
+        hardware=hardware,
         model=model,
         serving=_serving(inputs),
         instances=instances,
         memory=memory,
-        engram_shards=_engram(inputs, model, instances, g),
-        kv_pool=_pool(inputs, instances, memory),
+        engram_shards=engram,
+        kv_pool=kv_pool,
         routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
                         block_size=inputs.deployment.spec.serving.block_size),
         solver=SolverInfo(status="OPTIMAL" if both_optimal else "FEASIBLE",
@@ -166,4 +168,9 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
                           seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3)),
         predicted=predicted,
         decisions=decisions,
+        site=site.lower_site(inputs.deployment.spec.site, site.checkpoint_bytes(inputs.model.spec),
+                             hardware,
+                             model, instances, kv_pool, engram,
+                             inputs.deployment.spec.serving.engram_placement),
+        parsers=site.parsers(inputs.model_name),
     )

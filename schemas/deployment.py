@@ -4,6 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from schemas.site import Site
 from schemas.base import (
     Fraction,
     Metadata,
@@ -14,8 +15,6 @@ from schemas.base import (
 )
 
 Role = Literal["prefill", "decode", "aggregated"]
-IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-         r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
 
 
 class Workload(StrictModel):
@@ -95,10 +94,8 @@ class Serving(StrictModel):
     routing: Routing = Routing()
     block_size: PositiveInt = 64
     max_model_len: PositiveInt | None = Field(None, description="Default: the model's context")
-    image: str = Field("vllm/vllm-openai:v0.33.0", pattern=IMAGE)
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"
-    hf_token_secret: Name = "hf-token"
 
 
 class DeploymentSpec(StrictModel):
@@ -108,6 +105,8 @@ class DeploymentSpec(StrictModel):
     objective: Objective = Objective()
     slo: Slo = Slo()
     serving: Serving = Serving()
+    site: Site = Field(default_factory=Site, description="What the cluster decides (images, "
+                       "RDMA, model cache, secrets, scheduling)")
 
 
 class DeploymentV1(StrictModel):

@@ -18,7 +18,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import api, catalog
+from compiler import api, catalog, site
+from schemas.site import Site
 from compiler.plan import (
     DomainMemory,
     EngramShard,
@@ -133,14 +134,19 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
     if model.engram_tables and serving.engram_placement == "hbm":
         shards = [s for i in instances for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})
+    pool = kv_pool(used_trays, dram_gib, dict(sorted(memory.items())))
+    checkpoint = site.checkpoint_bytes(catalog.model(model.name).spec)
     return Plan(
         inputs_digest="sha256:fixture-" + serving.name,
         hardware=hardware, model=model, serving=serving, instances=instances,
         memory=dict(sorted(memory.items())), engram_shards=shards,
-        kv_pool=kv_pool(used_trays, dram_gib, dict(sorted(memory.items()))),
+        kv_pool=pool,
         routing=Routing(policy="kv", overlap_score_credit=1.0, block_size=serving.block_size),
         solver=SolverInfo(status="OPTIMAL", objective=1.0, bound=1.0, seconds=0.0),
-        predicted={}, decisions=[])
+        predicted={}, decisions=[],
+        site=site.lower_site(Site(), checkpoint, hardware, model, instances, pool, shards,
+                             serving.engram_placement),
+        parsers=site.parsers(model.name))
 
 
 # --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
@@ -161,13 +167,13 @@ def vr_hardware() -> Hardware:
     return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
                     gpu_product="NVIDIA-Rubin", arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
                     hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
-                    node_labels={"nvidia.com/gpu.clique": "vr-a"}, trays=trays,
+                    node_labels={}, trays=trays,
                     unavailable_gpus=[])
 
 
 def vr_serving() -> Serving:
-    return Serving(name="dsv41-flash", namespace="dsv41", image="vllm/vllm-openai:v0.33.0-cu134",
-                   vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+    return Serving(name="dsv41-flash", namespace="dsv41", vllm_version="0.33.0",
+                   kv_cache_dtype="fp8",
                    block_size=64, max_model_len=131072,
                    speculative=Speculative(method="dspark", draft_tokens=5, acceptance=3.51),
                    engram_placement="hbm")
@@ -225,8 +231,8 @@ def hgx_h200_plan() -> Plan:
                         gpu_product="NVIDIA-H200", arch="amd64", gpus_per_tray=8,
                         domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
                         node_labels={}, trays=trays, unavailable_gpus=[])
-    serving = Serving(name="dsv3-h200", namespace="dsv3", image="vllm/vllm-openai:v0.33.0",
-                      vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+    serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
+                      kv_cache_dtype="fp8",
                       block_size=64, max_model_len=32768,
                       speculative=Speculative(method="mtp", draft_tokens=1, acceptance=1.8),
                       engram_placement="hbm")
