@@ -260,4 +260,26 @@ EXAMPLE_CASES = {p.parent.name: functools.partial(compiled_plan, p.parent.name)
                  for p in sorted(EXAMPLES.glob("*/deployment.yaml"))}
 GOLDEN_CASES = {"fixture-vr-nvl72": vr_nvl72_plan, "fixture-hgx-h200": hgx_h200_plan,
                 **EXAMPLE_CASES}
-ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan}
+def vr_nvl72_site_plan() -> Plan:
+    """`vr_nvl72_plan` on a site that sets every optional input: a custom Dynamo image, SR-IOV
+    RDMA with named HCAs, a PVC cache, a token Secret, a priority class, the lws router."""
+    plan = vr_nvl72_plan()
+    cfg = Site.model_validate({
+        "images": {"dynamo": "registry.example.com/dynamo-vllm:0.33.0-dyn1.6.1",
+                   "router": "registry.example.com/vllm-router:0.1.17"},
+        "rdma": {"resource": "nvidia.com/cx9_rdma", "hca_names": ["mlx5_0", "mlx5_1"]},
+        "model_cache": {"pvc": "models"},
+        "secrets": {"hf_token": "hf-token"},
+        "scheduling": {"priority_class": "inference",
+                       "tolerations": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                                       {"key": "dedicated", "operator": "Equal",
+                                        "value": "llm", "effect": "NoExecute"}]},
+    })
+    checkpoint = site.checkpoint_bytes(catalog.model(plan.model.name).spec)
+    return plan.model_copy(update={"site": site.lower_site(
+        cfg, checkpoint, plan.hardware, plan.model, plan.instances, plan.kv_pool,
+        plan.engram_shards, plan.serving.engram_placement)})
+
+
+ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,
+             "fixture-vr-nvl72-site": vr_nvl72_site_plan}
