@@ -118,6 +118,7 @@ class CompileResult:
     plan: Plan
     artifacts: dict[str, str | bytes]  # path relative to OUT -> content
     seconds: dict[str, float]  # wall time per phase, for build_info only
+    input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
 
 
 def layouts(instances: list[Instance]) -> list[Layout]:
@@ -170,4 +171,4 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files)

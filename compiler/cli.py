@@ -1,23 +1,26 @@
 """The `rackc` command line: parse arguments, call compiler.api, print. Only this module does I/O
-on the user's behalf (and `write_artifacts`, which it calls). `compiler.api` is imported inside
-each command so that `compile` can fork its target emitter before the heavy imports."""
+on the user's behalf (through compiler.files and compiler.output_dir). `compiler.api` is
+imported inside each command so that `compile` can fork its target emitter before the heavy
+imports."""
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler import files
+from compiler import files, output_dir
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from schemas import KINDS
-from schemas.diagnostics import CompileError, Diagnostic
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.export import schema_text
 
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
 
 
 def _print_json(data: object) -> None:
@@ -83,7 +86,11 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     if args.output in (None, "-"):
         sys.stdout.write(text)
     else:
-        files.write_text_atomic(Path(args.output), text)
+        try:
+            files.write_text_atomic(Path(args.output), text, keep=(path,))
+        except CompileError as exc:
+            _report(exc.diagnostics)
+            return exc.exit_code
     return 0
 
 
@@ -111,17 +118,44 @@ def _with_progress(label: str, work: Callable[[], object]) -> object:
             status.stop()
 
 
+def _targets_asked(text: str | None) -> tuple[str, ...] | None:
+    """`--targets a,b`: known target names, or CompileError with did-you-mean."""
+    if text is None:
+        return None
+    from compiler.targets_registry import target_names
+
+    known = target_names()
+    asked = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [t for t in asked if t not in known]
+    if bad or not asked:
+        word = bad[0] if bad else text
+        raise CompileError([Diagnostic("error", "E012", "<argument>", 0, 0, "--targets",
+                                       "comma-separated target names", repr(word),
+                                       did_you_mean(word, known))])
+    return asked
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from compiler.emit_worker import EmitWorker
 
-    only = tuple(args.targets.split(",")) if args.targets else None
+    try:
+        only = _targets_asked(args.targets)
+        output_dir.check_location(Path(args.output), (Path(args.deployment),))
+        if not args.check:
+            output_dir.owned_files(Path(args.output))  # refuse before the work
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
     emitter = EmitWorker()  # forked before the solver's imports, so the two overlap
     try:
         from compiler import api
 
         result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only,
                                                                  emitter))
-        files.write_artifacts(Path(args.output), result.artifacts)
+        if args.check:
+            return _check_output(Path(args.output), result.artifacts, only is not None)
+        output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
+                                keep_targets=only is not None)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -145,6 +179,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) -> int:
+    """`compile --check`: exit 0 when OUT is what the inputs compile to, else 1 and the list."""
+    if not out.exists():
+        print(f"{out}: does not exist")
+        return 1
+    lines = output_dir.differences(out, artifacts, subset)
+    print("\n".join(lines) if lines else f"{out}: up to date")
+    return 1 if lines else 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from compiler import api
 
@@ -152,7 +196,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         result = _with_progress("predicting", lambda: api.compile(
             Path(args.deployment), ("report",) if args.plot else ()))
         if args.plot:
-            files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"])
+            files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                                     "--plot", result.input_files)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -222,8 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="solve, place, predict and emit every target")
     comp.add_argument("deployment")
-    comp.add_argument("-o", "--output", required=True, help="output folder (replaced whole)")
-    comp.add_argument("--targets", help="comma-separated subset of targets to emit")
+    comp.add_argument("-o", "--output", required=True,
+                      help="output folder: created, filled when empty, or replaced when rackc "
+                           "wrote it (nothing else is ever replaced)")
+    comp.add_argument("--targets", help="comma-separated subset of targets to emit (the other "
+                                        "targets' files in OUT are kept)")
+    comp.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 when OUT differs from what the inputs give")
     comp.add_argument("--format", choices=("text", "json"), default="text")
     comp.set_defaults(run=cmd_compile)
 
@@ -246,14 +296,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like ^C: staging folders are removed, OUT is untouched
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return run(args)
     except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("rackc: interrupted\n")
+        return EXIT_INTERRUPTED
     except Exception:  # a bug, not bad input: show where, and say so
         traceback.print_exc()
         sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "

@@ -5,42 +5,75 @@ the solver, the Kubernetes client and matplotlib for the targets. On a machine w
 cores the child, forked before the parent imports the solver, loads the targets and plotting
 in parallel; once the plan exists it is sent over (pickled), the child emits every target from
 it and sends the files back. The output is the same as emitting in-process.
+
+The child never outlives the parent: the kernel kills it when the parent dies (SIGINT,
+SIGTERM, SIGKILL alike, through PR_SET_PDEATHSIG), and `close` kills it if it is still busy.
 """
 
+import contextlib
+import ctypes
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import os
+import signal
+import traceback
+from multiprocessing.connection import Connection
 
 from compiler.plan import Plan
-from compiler.targets_registry import Emit, targets
 
-_TARGETS: dict[str, Emit] = {}
+PR_SET_PDEATHSIG = 1
 
 
-def _preload() -> None:
-    _TARGETS.update(targets())
+def _die_with(parent: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: `close` still applies
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def _serve(conn: Connection, parent: int) -> None:
+    _die_with(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt does
     from matplotlib.figure import Figure  # noqa: F401  (the report target plots with it)
 
+    from compiler.targets_registry import targets
 
-def _ready() -> bool:
-    return bool(_TARGETS)
-
-
-def _emit(plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
-    out: dict[str, str | bytes] = {}
-    for name, emit in _TARGETS.items():
-        if only is None or name in only:
-            out.update(emit(plan))
-    return out
+    emitters = targets()
+    try:
+        request = conn.recv()
+    except EOFError:
+        return
+    plan, only = request
+    try:
+        out: dict[str, str | bytes] = {}
+        for name, emit in emitters.items():
+            if only is None or name in only:
+                out.update(emit(plan))
+        conn.send(("ok", out))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
 class EmitWorker:
     def __init__(self) -> None:
         context = multiprocessing.get_context("fork")
-        self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_preload)
-        self._pool.submit(_ready)  # starts the child (and its imports) now
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, os.getpid()), daemon=True)
+        self._process.start()  # starts the child (and its imports) now
+        child.close()
 
     def emit(self, plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
-        return self._pool.submit(_emit, plan, only).result()
+        self._conn.send((plan, only))
+        try:
+            status, payload = self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the target emitter exited ({self._process.exitcode})") from None
+        if status != "ok":
+            raise RuntimeError(f"a target failed in the emitter process:\n{payload}")
+        return payload
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._conn.close()
+        self._process.join(timeout=1)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()

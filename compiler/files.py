@@ -1,44 +1,80 @@
-"""The only code that writes files: atomically, so a failure never leaves half an output."""
+"""Single-file writes (`predict --plot`, `import-hf -o`, `calibrate -o`): never a half-written
+file, never through a planted symlink, never onto something that is not a regular file.
+
+The file is written to an O_EXCL temporary in the target's own folder (so the final rename stays
+on one filesystem and cannot follow a link someone placed at the temporary's name), then renamed
+over the target. On any error the temporary is removed and the target is as it was.
+"""
 
 import os
-import shutil
+import stat
 import tempfile
 from pathlib import Path
 
-
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
+from schemas.diagnostics import CompileError, Diagnostic
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file and rename, so a failure never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+def output_error(flag: str, path: Path | str, expected: str, got: str, hint: str) -> CompileError:
+    """An output-side failure: names the option, exits 2 (never an internal error)."""
+    return CompileError([Diagnostic("error", "E801", "<argument>", 0, 0, f"{flag} {path}",
+                                    expected, got, hint)])
 
 
-def write_artifacts(out: Path, artifacts: dict[str, str | bytes]) -> None:
-    """Write everything into a fresh temporary sibling of OUT, then swap it in: on any error
-    OUT is left as it was, never half-written."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+def os_error(flag: str, path: Path | str, exc: OSError) -> CompileError:
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(path) else ""
+    return output_error(flag, path, "a place rackc can write", f"{exc.strerror or exc}{where}",
+                        "check the path, its permissions and free space")
+
+
+def kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "a regular file"
+
+
+def write_text_atomic(path: Path, text: str, flag: str = "-o",
+                      keep: tuple[Path, ...] = ()) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), flag, keep)
+
+
+def write_bytes_atomic(path: Path, data: bytes, flag: str = "-o",
+                       keep: tuple[Path, ...] = ()) -> None:
+    """Write `data` to `path`, replacing only a regular file; `keep` are files (the command's
+    inputs) that must never be overwritten."""
+    path = Path(os.path.abspath(path))
     try:
-        for rel, content in artifacts.items():
-            path = staging / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                path.write_text(content, encoding="utf-8", newline="\n")
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        staging.rename(out)
-        if old is not None:
-            shutil.rmtree(old)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise os_error(flag, path, exc) from None
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise output_error(flag, path, "a new or regular file", kind_of(st.st_mode),
+                               "name a file path; rackc replaces only regular files")
+        if any(k.exists() and os.path.samefile(k, path) for k in keep):
+            raise output_error(flag, path, "a file other than the input", "the input file",
+                               "write the output to a new file")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rackc-tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise os_error(flag, path, exc) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def umask() -> int:
+    """The process's umask (read by setting and restoring it)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

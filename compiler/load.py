@@ -30,6 +30,7 @@ class Inputs:
     profile: Profile
     sources: dict[str, SourceMap]  # "deployment" | "hardware" | "model" -> its source map
     digest: str  # sha256 over the input texts, for the plan's header
+    files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
 
     @property
     def model_name(self) -> str:
@@ -96,8 +97,11 @@ def load_inputs(deployment_path: Path) -> Inputs:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
+    model_path = (base / dep.spec.model).resolve() if model_src.file != dsrc.file and \
+        not model_src.file.startswith("catalog:") else None
+    files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
-                  sources, digest)
+                  sources, digest, files)
 
 
 def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[Diagnostic],

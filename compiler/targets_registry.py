@@ -9,6 +9,11 @@ from compiler.plan import Plan
 Emit = Callable[[Plan], dict[str, str | bytes]]
 
 
+def target_names() -> tuple[str, ...]:
+    """The installed targets' names, without importing them."""
+    return tuple(sorted(ep.name for ep in entry_points(group="rackc.targets")))
+
+
 def targets() -> dict[str, Emit]:
     found = entry_points(group="rackc.targets")
     return {ep.name: ep.load() for ep in sorted(found, key=lambda e: e.name)}

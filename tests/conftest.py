@@ -5,7 +5,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SHARED = ROOT.parent / "shared"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

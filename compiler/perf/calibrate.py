@@ -18,7 +18,7 @@ from compiler import catalog
 from compiler.catalog.system import System
 from compiler.files import write_text_atomic
 from compiler.perf import fit
-from schemas.diagnostics import Diagnostic, did_you_mean
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 
 CODE_SYSTEM = "E602"  # unknown system
 CODE_INPUT = "E603"  # unreadable or mismatched calibration input
@@ -134,5 +134,8 @@ def run(system: str, output: str, from_raw: str | None = None,
         document = calibration_for(system, from_raw, scale_from, Path(output))
     except CalibrationError as exc:
         return 2, [], [exc.diagnostic.render()]
-    write_text_atomic(Path(output), fit.dumps(document))
+    try:
+        write_text_atomic(Path(output), fit.dumps(document))
+    except CompileError as exc:
+        return 2, [], [d.render() for d in exc.diagnostics]
     return 0, [*summary_lines(document), f"wrote {output}"], []

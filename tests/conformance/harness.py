@@ -1,12 +1,15 @@
-"""Checks what rackc emits with the real tools, offline (../shared/docs/VALIDATION.md).
+"""Checks what rackc emits with the real tools, offline (docs/targets.md).
 
 - vLLM 0.33 and Dynamo 1.6.1 command lines: parsed by their own parsers inside
   `.venv-vllm033/` and `.venv-dyn161/` (made by `make_venvs.sh`). Each venv runs
   one long-lived helper per test session (`venv_*_check.py`), so a parser is
   built once, whatever the number of calls.
 - Mooncake client configs: read by the real pure-Python loaders, in the vLLM venv.
-- Kubernetes objects: kubernetes-validate for built-in kinds, the CRDs in
-  ../shared/crds for custom resources, `kubectl kustomize` for bundles.
+- Kubernetes objects: kubernetes-validate for built-in kinds, CRD schemas for
+  custom resources, `kubectl kustomize` for bundles. The CRDs are read from the
+  folder `RACKC_CRDS` names (files as `kubectl get crd NAME -o yaml` writes them),
+  else from ../shared/crds beside the repository; without either, tests that need
+  them are skipped (`require_crds`).
 
 A check that ran returns what it found; `HarnessError` means it could not run.
 Without a venv the calling test is skipped, or failed under `CI=true`, where
@@ -35,8 +38,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_DIR = REPO_ROOT / ".." / "shared"
-CRD_DIR = SHARED_DIR / "crds"
+SHARED_CRD_DIR = REPO_ROOT.parent / "shared" / "crds"
 VLLM_VENV = REPO_ROOT / ".venv-vllm033"
 DYNAMO_VENV = REPO_ROOT / ".venv-dyn161"
 # resource.k8s.io/v1 (DRA, ComputeDomain claims) is GA from 1.34 (KUBERNETES.md);
@@ -250,13 +252,45 @@ def validate_builtin(
     ]
 
 
+def crd_dir() -> Path | None:
+    """The folder `RACKC_CRDS` names, else ../shared/crds when it exists, else None."""
+    named = os.environ.get("RACKC_CRDS")
+    if named:
+        return Path(named)
+    return SHARED_CRD_DIR if SHARED_CRD_DIR.is_dir() else None
+
+
+def require_crds() -> None:
+    """Skips the calling test when no CRD folder is found."""
+    if crd_dir() is None:
+        pytest.skip("no CRD schemas: set RACKC_CRDS to a folder of `kubectl get crd NAME -o yaml`"
+                    " files (CI reads ../shared/crds)")
+
+
+def _crd_documents(doc: Any) -> Iterable[dict[str, Any]]:
+    """The CRDs in one YAML document: itself, or the items of the `List` that
+    `kubectl get crd -o yaml` writes for several names."""
+    if not isinstance(doc, dict):
+        return []
+    if doc.get("kind") == "List":
+        return [item for item in doc.get("items") or [] if isinstance(item, dict)
+                and item.get("kind") == "CustomResourceDefinition"]
+    return [doc] if doc.get("kind") == "CustomResourceDefinition" else []
+
+
 @functools.cache
 def _crds() -> dict[tuple[str, str], dict[str, Any]]:
-    """The CRDs in ../shared/crds by (group, kind)."""
+    """The CRDs of `crd_dir()` by (group, kind); the `metadata` and `status` that a
+    cluster adds are not read."""
+    folder = crd_dir()
+    if folder is None:
+        return {}
+    if not folder.is_dir():
+        raise HarnessError(f"RACKC_CRDS={folder} is not a folder")
     crds = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        for crd in yaml.load_all(path.read_text(), Loader=_YAML_LOADER):
-            if crd and crd.get("kind") == "CustomResourceDefinition":
+    for path in sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json")):
+        for doc in yaml.load_all(path.read_text(), Loader=_YAML_LOADER):
+            for crd in _crd_documents(doc):
                 crds[crd["spec"]["group"], crd["spec"]["names"]["kind"]] = crd
     return crds
 
@@ -288,11 +322,11 @@ def _tighten(schema: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _crd_validator(group: str, kind: str, version: str) -> jsonschema.protocols.Validator:
-    """Raises LookupError when ../shared/crds has no CRD serving this group, kind, version."""
+    """Raises LookupError when the CRD folder has no CRD serving this group, kind, version."""
     crd = _crds().get((group, kind))
     if crd is None:
         known = ", ".join(f"{k}.{g}" for g, k in sorted(_crds()))
-        raise LookupError(f"no CRD for {kind}.{group} in {CRD_DIR} (has {known})")
+        raise LookupError(f"no CRD for {kind}.{group} in {crd_dir()} (has {known})")
     served = {v["name"]: v for v in crd["spec"]["versions"] if v.get("served")}
     if version not in served:
         raise LookupError(f"{kind}.{group} serves {sorted(served)}, not {version!r}")
@@ -311,8 +345,8 @@ def _metadata_errors(doc: Mapping[str, Any], label: str) -> list[str]:
 
 
 def validate_custom(doc: Mapping[str, Any]) -> list[str]:
-    """Validates a custom resource against its CRD's `openAPIV3Schema` from
-    ../shared/crds, unknown fields rejected. Returns every error with its JSON path.
+    """Validates a custom resource against its CRD's `openAPIV3Schema` from the
+    CRD folder, unknown fields rejected. Returns every error with its JSON path.
 
     Not checked: CEL rules (`x-kubernetes-validations`), defaulting, admission webhooks.
     """
@@ -326,7 +360,7 @@ def validate_custom(doc: Mapping[str, Any]) -> list[str]:
 
 
 def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Validates each object with its CRD when ../shared/crds has one, else as a built-in."""
+    """Validates each object with its CRD when the CRD folder has one, else as a built-in."""
     errors = []
     for doc in docs:
         group, kind, _ = _group_kind_version(doc)

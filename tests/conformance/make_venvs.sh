@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# Creates the two venvs the conformance tests check emitted lines in, as
-# ../shared/docs/VALIDATION.md prescribes:
+# Creates the two venvs the conformance tests check emitted lines in, from the
+# lock files in tests/conformance/locks/:
 #   .venv-vllm033/  vLLM 0.33.0's parser (trimmed), plus Mooncake 0.3.13.post1's
 #                   pure-Python config loader from its wheel
 #   .venv-dyn161/   Dynamo 1.6.1 with the vLLM 0.31.0 it pins
-# Idempotent: a venv is kept while its stamp matches its lock file. The stamp is
-# written once the venv imports what the tests need (that import takes 10-20 s,
-# too long to repeat on every run).
+# Idempotent: a venv is kept while its stamp matches its pins (the lock file's
+# requirement lines, comments aside, and the Mooncake wheel for the vLLM venv).
+# The stamp is written once the venv imports what the tests need (that import
+# takes 10-20 s, too long to repeat on every run).
 # Usage: bash tests/conformance/make_venvs.sh
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-locks="$repo/../shared/validation"
+locks="$repo/tests/conformance/locks"
 mooncake_wheel=mooncake-transfer-engine==0.3.13.post1
 # Where venv_vllm_check.py looks for mooncake/mooncake_config.py.
 mooncake_dir=mooncake-0.3.13.post1
 export VLLM_TARGET_DEVICE=cpu
 
-stamp_of() {  # lock-file
-  sha256sum < "$1" | cut -d' ' -f1
+stamp_of() {  # lock-file [extra-pin...]
+  { grep -Ev '^[[:space:]]*(#|$)' "$1"; printf '%s\n' "${@:2}"; } | sha256sum | cut -d' ' -f1
 }
 
-current() {  # venv lock-file
-  [ -x "$1/bin/python" ] && [ "$(cat "$1/.stamp" 2>/dev/null)" = "$(stamp_of "$2")" ]
+current() {  # venv stamp
+  [ -x "$1/bin/python" ] && [ "$(cat "$1/.stamp" 2>/dev/null)" = "$2" ]
 }
 
 create() {  # venv lock-file
@@ -31,9 +32,9 @@ create() {  # venv lock-file
   "$1/bin/pip" install --quiet --no-deps -r "$2"
 }
 
-finish() {  # venv lock-file python-import-statement
+finish() {  # venv stamp python-import-statement
   "$1/bin/python" -c "$3" >/dev/null
-  stamp_of "$2" > "$1/.stamp"
+  echo "$2" > "$1/.stamp"
   echo "made $1"
 }
 
@@ -59,25 +60,27 @@ zipfile.ZipFile(sys.argv[1]).extract("mooncake/mooncake_config.py", sys.argv[2])
 }
 
 make_vllm() {
-  local venv="$repo/.venv-vllm033" lock="$locks/lock-vllm033.txt"
-  if current "$venv" "$lock"; then
+  local venv="$repo/.venv-vllm033" lock="$locks/vllm033.txt" stamp
+  stamp=$(stamp_of "$lock" "$mooncake_wheel")
+  if current "$venv" "$stamp"; then
     echo "kept $venv"
     return
   fi
   create "$venv" "$lock"
   trim_vllm "$venv"
   add_mooncake_loader "$venv"
-  finish "$venv" "$lock" "import vllm.entrypoints.common.cli_args, vllm.distributed.mooncake_store"
+  finish "$venv" "$stamp" "import vllm.entrypoints.common.cli_args, vllm.distributed.mooncake_store"
 }
 
 make_dynamo() {
-  local venv="$repo/.venv-dyn161" lock="$locks/lock-dyn161-vllm031.txt"
-  if current "$venv" "$lock"; then
+  local venv="$repo/.venv-dyn161" lock="$locks/dyn161-vllm031.txt" stamp
+  stamp=$(stamp_of "$lock")
+  if current "$venv" "$stamp"; then
     echo "kept $venv"
     return
   fi
   create "$venv" "$lock"
-  finish "$venv" "$lock" "import dynamo.vllm.args, dynamo.frontend.main, dynamo.router.args"
+  finish "$venv" "$stamp" "import dynamo.vllm.args, dynamo.frontend.main, dynamo.router.args"
 }
 
 make_vllm

@@ -186,11 +186,18 @@ DGD = {
 }
 
 
+@pytest.fixture
+def crds():
+    harness.require_crds()
+
+
+@pytest.mark.usefixtures("crds")
 @pytest.mark.parametrize("doc", [COMPUTE_DOMAIN, DGD], ids=["ComputeDomain", "DGD"])
 def test_custom_resources_pass(doc):
     assert harness.validate_custom(doc) == []
 
 
+@pytest.mark.usefixtures("crds")
 def test_custom_resource_typo_fails_with_path():
     dgd = json.loads(json.dumps(DGD))
     dgd["spec"]["components"][1]["multinode"] = {"nodeCont": 2}
@@ -198,6 +205,7 @@ def test_custom_resource_typo_fails_with_path():
     assert any("$.spec.components[1].multinode" in e and "'nodeCont'" in e for e in errors), errors
 
 
+@pytest.mark.usefixtures("crds")
 def test_custom_resource_bad_value_and_metadata_typo_fail():
     cd = json.loads(json.dumps(COMPUTE_DOMAIN))
     cd["spec"]["channel"]["allocationMode"] = "Some"
@@ -207,11 +215,13 @@ def test_custom_resource_bad_value_and_metadata_typo_fail():
     assert any("'lables' was unexpected" in e for e in errors), errors
 
 
+@pytest.mark.usefixtures("crds")
 def test_custom_resource_unserved_version_fails():
     [error] = harness.validate_custom({**COMPUTE_DOMAIN, "apiVersion": "resource.nvidia.com/v1"})
     assert "serves ['v1beta1']" in error
 
 
+@pytest.mark.usefixtures("crds")
 def test_kustomize_build_and_validate(tmp_path):
     (tmp_path / "objects.yaml").write_text(BUILTIN_DOCS + "---\n" + yaml.safe_dump(COMPUTE_DOMAIN))
     (tmp_path / "kustomization.yaml").write_text(
@@ -221,6 +231,68 @@ def test_kustomize_build_and_validate(tmp_path):
     docs = list(yaml.safe_load_all(harness.kustomize_build(tmp_path)))
     assert {d["kind"] for d in docs} == {"ConfigMap", "Service", "Deployment", "ComputeDomain"}
     assert harness.validate_manifests(docs) == []
+
+
+# What `kubectl get crd widgets.example.com gadgets.example.com -o yaml` writes: a List,
+# with the metadata and status the API server adds.
+KUBECTL_CRDS = """
+apiVersion: v1
+kind: List
+metadata: {resourceVersion: ""}
+items:
+- apiVersion: apiextensions.k8s.io/v1
+  kind: CustomResourceDefinition
+  metadata:
+    name: widgets.example.com
+    creationTimestamp: "2026-11-30T10:00:00Z"
+    generation: 1
+    resourceVersion: "4242"
+    uid: 0b6e7c1e-1f1e-4c2a-9d55-7a1b2c3d4e5f
+    managedFields:
+    - {apiVersion: apiextensions.k8s.io/v1, manager: kubectl, operation: Update}
+  spec:
+    group: example.com
+    names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+    scope: Namespaced
+    versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            apiVersion: {type: string}
+            kind: {type: string}
+            metadata: {type: object}
+            spec:
+              type: object
+              properties:
+                size: {type: integer, minimum: 1}
+  status:
+    acceptedNames: {kind: Widget, plural: widgets}
+    conditions:
+    - {type: Established, status: "True", lastTransitionTime: "2026-11-30T10:00:00Z"}
+    storedVersions: [v1]
+"""
+
+
+def test_crds_as_kubectl_writes_them(tmp_path, monkeypatch):
+    (tmp_path / "widgets.yaml").write_text(KUBECTL_CRDS)
+    monkeypatch.setenv("RACKC_CRDS", str(tmp_path))
+    harness._crds.cache_clear()
+    harness._crd_validator.cache_clear()
+    try:
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget",
+                  "metadata": {"name": "w", "namespace": "rackc"}, "spec": {"size": 2}}
+        assert harness.validate_manifests([widget]) == []
+        widget["spec"] = {"size": 0, "colour": "red"}
+        errors = harness.validate_manifests([widget])
+        assert any("$.spec.size" in e and "minimum" in e for e in errors), errors
+        assert any("'colour' was unexpected" in e for e in errors), errors
+    finally:
+        harness._crds.cache_clear()
+        harness._crd_validator.cache_clear()
 
 
 def test_kustomize_build_failure_raises(tmp_path):
