@@ -36,7 +36,7 @@ def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
              for t in graph.trays(g)]
     return Hardware(
         system=system.name, form=system.form, gpu_family=system.gpu.family,
-        gpu_product=system.gpu.product_label.value, arch=system.arch,
+        arch=system.arch,
         gpus_per_tray=system.gpus_per_tray, domains_per_gpu=system.domains_per_gpu,
         hbm_gib_per_gpu=system.gpu.hbm_gib.value,
         rdma_devices_per_tray=spec.rdma_devices_per_tray or system.gpus_per_tray,

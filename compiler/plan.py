@@ -31,7 +31,6 @@ class Hardware(Frozen):
     system: str
     form: Literal["nvl72", "hgx"]
     gpu_family: Literal["hopper", "blackwell", "rubin"]
-    gpu_product: str  # node label value nvidia.com/gpu.product
     arch: Literal["arm64", "amd64"]
     gpus_per_tray: int
     domains_per_gpu: int

@@ -165,7 +165,7 @@ def vr_hardware() -> Hardware:
     trays = [Tray(id=tray_id(t), node_name=f"vr-a-r0-t{t:02d}", nvlink_domain="nvl0",
                   gpus=gpu_ids(t, range(4)), available=True) for t in range(18)]
     return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
-                    gpu_product="NVIDIA-Rubin", arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
+                    arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
                     hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
                     node_labels={}, trays=trays,
                     unavailable_gpus=[])
@@ -228,7 +228,7 @@ def hgx_h200_plan() -> Plan:
     trays = [Tray(id=tray_id(n), node_name=f"h200-node-{n}", nvlink_domain=f"nvl{n}",
                   gpus=gpu_ids(n, range(8)), available=True) for n in range(2)]
     hardware = Hardware(system="hgx-h200", form="hgx", gpu_family="hopper",
-                        gpu_product="NVIDIA-H200", arch="amd64", gpus_per_tray=8,
+                        arch="amd64", gpus_per_tray=8,
                         domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
                         node_labels={}, trays=trays, unavailable_gpus=[])
     serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
