@@ -11,6 +11,7 @@ import yaml
 
 from compiler import arch, graph
 from compiler.decisions import decisions
+from compiler.site import decisions as site_decisions
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
@@ -159,7 +160,8 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     plan = draft.model_copy(update={
         "predicted": predicted(inputs, draft.instances, None if sol.problem.mode == "pinned"
                                else sol.counts.objective),
-        "decisions": decisions(inputs, sol, draft.instances)})
+        "decisions": sorted(decisions(inputs, sol, draft.instances)
+                            + site_decisions(inputs, draft.site), key=lambda d: d.path)})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:

@@ -9,7 +9,7 @@ def _given(inputs: Inputs, *path: str) -> bool:
     return tuple(path) in inputs.sources["deployment"].values
 
 
-def _user_or_default(inputs: Inputs, value: object, why_default: str, *path: str) -> Decision:
+def user_or_default(inputs: Inputs, value: object, why_default: str, *path: str) -> Decision:
     given = _given(inputs, *path)
     return Decision(path=".".join(path[1:]), value=str(value),
                     source="user" if given else "default",
@@ -38,16 +38,16 @@ def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
 def decisions(inputs: Inputs, sol: Solution, instances: list[Instance]) -> list[Decision]:
     s = inputs.deployment.spec.serving
     out = [
-        _user_or_default(inputs, inputs.deployment.spec.objective.mode,
+        user_or_default(inputs, inputs.deployment.spec.objective.mode,
                          "throughput under the SLO is the default objective",
                          "spec", "objective", "mode"),
-        _user_or_default(inputs, s.kv_cache_dtype or inputs.model.spec.dtypes.kv_cache,
+        user_or_default(inputs, s.kv_cache_dtype or inputs.model.spec.dtypes.kv_cache,
                          "the model's KV dtype", "spec", "serving", "kv_cache_dtype"),
-        _user_or_default(inputs, s.max_model_len or inputs.model.spec.max_context_tokens,
+        user_or_default(inputs, s.max_model_len or inputs.model.spec.max_context_tokens,
                          "the model's context length", "spec", "serving", "max_model_len"),
-        _user_or_default(inputs, s.engram_placement, "Engram tables live in HBM (SYSTEM.md)",
+        user_or_default(inputs, s.engram_placement, "Engram tables live in HBM (SYSTEM.md)",
                          "spec", "serving", "engram_placement"),
-        _user_or_default(inputs, s.routing.policy,
+        user_or_default(inputs, s.routing.policy,
                          "KV-aware routing: least uncached work (SYSTEM.md)",
                          "spec", "serving", "routing"),
     ]

@@ -14,11 +14,13 @@ import functools
 import math
 import re
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import yaml
 
 from compiler import arch
 from compiler.plan import (
+    Decision,
     EngramShard,
     Hardware,
     Images,
@@ -35,6 +37,9 @@ from compiler.plan import (
 )
 from schemas import site as spec
 from schemas.model import ModelSpec
+
+if TYPE_CHECKING:
+    from compiler.load import Inputs
 
 GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
@@ -185,3 +190,36 @@ def parsers(model_name: str) -> Parsers:
     v, d = row.get("vllm", {}), row.get("dynamo", {})
     return Parsers(vllm_tool_call=v.get("tool_call"), vllm_reasoning=v.get("reasoning"),
                    dynamo_tool_call=d.get("tool_call"), dynamo_reasoning=d.get("reasoning"))
+
+
+def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
+    """Why each site choice is what it is: the user's, or the default and where it is from."""
+    from compiler.decisions import user_or_default
+
+    path = ("spec", "site")
+    cache, images = site.model_cache, site.images
+    given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
+    out = [
+        user_or_default(inputs, images.dynamo, "Dynamo's NGC vLLM runtime of dynamo_version; it "
+                        "must hold vLLM serving.vllm_version (the stock 1.6.1 image has 0.31.0)",
+                        *path, "images", "dynamo"),
+        user_or_default(inputs, images.vllm, "the vLLM release the flags are written for",
+                        *path, "images", "vllm"),
+        user_or_default(inputs, site.rdma.transport, "KV transfer and the pool over RDMA; TCP "
+                        "only by choice", *path, "rdma", "transport"),
+        user_or_default(inputs, site.rdma.resource, "the RDMA device plugin resource of Dynamo's "
+                        "wide-EP recipes and llm-d", *path, "rdma", "resource"),
+        user_or_default(inputs, f"{cache.kind}:{cache.source}", "a host directory per node, "
+                        "filled once per node", *path, "model_cache"),
+        Decision(path="site.model_cache.engine_ready_timeout_s",
+                 value=str(cache.engine_ready_timeout_s),
+                 source="user" if given_timeout else "rule:cold-start",
+                 why="written in the deployment" if given_timeout else
+                     "vLLM's 600 s + one download of the checkpoint + its reads from the cache "
+                     "at the site's assumed rates"),
+    ]
+    if images.runtime_version_override:
+        out.append(Decision(path="site.images.runtime_version_override",
+                            value=images.runtime_version_override, source="rule:dgd-admission",
+                            why="the Dynamo image's tag is not the Dynamo version"))
+    return out
