@@ -147,6 +147,8 @@ def node_affinity(plan: Plan, node_names: tuple[str, ...]) -> V1Affinity:
 
 
 def tolerations(plan: Plan) -> list[V1Toleration] | None:
+    """The site's tolerations, on every pod: GPU pods need them, and the CPU-only ones (frontend,
+    master, router) may then also run where only GPU nodes have the image's architecture."""
     return [V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
             for t in plan.site.tolerations] or None
 
@@ -299,6 +301,7 @@ def mooncake_objects(plan: Plan) -> list[dict]:
     pod = V1PodSpec(containers=[container],
                     node_selector={"kubernetes.io/arch": plan.hardware.arch},
                     priority_class_name=plan.site.priority_class,
+                    tolerations=tolerations(plan),
                     volumes=[V1Volume(name="config",
                                       config_map=V1ConfigMapVolumeSource(name=name))])
     deployment = V1Deployment(

@@ -85,6 +85,7 @@ def frontend_component(plan: Plan) -> dict:
     spec = V1PodSpec(containers=[container],
                      node_selector={"kubernetes.io/arch": plan.hardware.arch},
                      priority_class_name=plan.site.priority_class,
+                     tolerations=_kube.tolerations(plan),
                      volumes=[_kube.model_cache_volume(plan)])
     return {"name": "frontend", "type": "frontend", "replicas": 1, **runtime_version(plan),
             "podTemplate": _kube.pod_template(spec)}

@@ -161,6 +161,7 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
         resources=_kube.requirements(plan, plan.site.frontend))
     pod = V1PodSpec(service_account_name=name, containers=[container],
                     priority_class_name=plan.site.priority_class,
+                    tolerations=_kube.tolerations(plan),
                     node_selector={"kubernetes.io/arch": plan.hardware.arch})
     meta = _kube.metadata(plan, name, "router")
     return [_kube.to_dict(x) for x in (

@@ -66,6 +66,9 @@ def script(plan: Plan, component: Component, instance_id: str, groups: tuple[Ran
     ]
     env = [f"export {k}={shlex.quote(v)}"
            for k, v in launch_env(plan, component, group).items()]
+    if plan.site.rdma.transport == "rdma":
+        # RDMA registration pins the KV buffers and pool segments (in pods: IPC_LOCK)
+        env.insert(0, 'ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2')
     command = exec_command([*ENGINE, plan.model.hf_id],
                            launch_flags(plan, component, groups[0], group))
     return "\n".join([*head, *env, command]) + "\n"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # rackc: prefill-02 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t01, node vr-a-r0-t01
 # the model cache /var/cache/rackc/huggingface is mounted at /models
+ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1
 export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t01.json

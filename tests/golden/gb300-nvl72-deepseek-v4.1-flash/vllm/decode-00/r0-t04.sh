@@ -1,6 +1,7 @@
 #!/bin/sh
 # rackc: decode-00 (DEP32, decode), node 5 of 8 (headless): ranks 16-19 on tray r0-t04, node gb300-a-t04
 # the model cache /var/cache/rackc/huggingface is mounted at /models
+ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
 export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/gb300-a-t04.json

@@ -1,6 +1,7 @@
 #!/bin/sh
 # rackc: prefill-00 (DEP8, prefill), node 1 of 1 (leader): ranks 0-7 on tray r0-t00, node h200-node-0
 # the model cache /var/cache/rackc/huggingface is mounted at /models
+ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-0.json
