@@ -49,8 +49,9 @@ class Rdma(StrictModel):
                     "llm-d use rdma/ib; SR-IOV sites name theirs, e.g. nvidia.com/cx8_sriov)")
     hca_names: list[HcaName] = Field(
         default_factory=list,
-        description="The HCAs a pod sees (mlx5_0, ...): Mooncake device_name and UCX_NET_DEVICES;"
-                    " empty: auto-discovery")
+        description="HCAs every engine pod sees (mlx5_0, ...): Mooncake device_name and "
+                    "UCX_NET_DEVICES; empty: each discovers its own (right when the device "
+                    "plugin hands each pod a subset)")
 
 
 class ModelCache(StrictModel):
