@@ -89,8 +89,8 @@ def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool,
 
 def engram_host_gib(model: ModelInfo, instance: Instance, shards: list[EngramShard],
                     placement: str) -> float:
-    """Host Engram per node of the instance: tables whose shards are not the instance's own
-    group stay in pinned host memory, one copy of every TP shard per node."""
+    """Host Engram of the instance: tables whose shards are not the instance's own group stay in
+    pinned host memory (all of them: one copy of every TP shard)."""
     if not model.engram_tables:
         return 0.0
     if placement == "hbm" and any(s.group == instance.id for s in shards):
@@ -105,7 +105,7 @@ def _pod(cfg: spec.Site, hardware: Hardware, model: ModelInfo, instance: Instanc
     engram = engram_host_gib(model, instance, shards, placement)
     shared = instance.dp > 1  # dp_shared_memory: one copy per node in /dev/shm
     shm = cfg.host.shm_gib + (engram if shared else 0.0)
-    private_engram = 0.0 if shared else engram
+    private_engram = 0.0 if shared else engram * per_node / instance.tp  # its ranks' TP shards
     buffer = MOONCAKE_LOCAL_BUFFER_BYTES if pool else 0
     memory = (per_node * (cfg.host.memory_gib_per_gpu + (per_rank + buffer) / GIB)
               + private_engram + shm)
@@ -139,8 +139,8 @@ def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,
     return 60 * math.ceil(seconds / 60)
 
 
-def _cache(cache: spec.ModelCache, checkpoint_bytes: float, instances: list[Instance],
-           hardware: Hardware) -> ModelCache:
+def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
+           instances: list[Instance]) -> ModelCache:
     pods = sum(len(i.trays) for i in instances)
     per_node: dict[str, int] = {}
     for i in instances:
@@ -168,7 +168,7 @@ def lower_site(cfg: spec.Site, checkpoint_bytes: float, hardware: Hardware, mode
                       router=images.router),
         rdma=Rdma(transport=cfg.rdma.transport, resource=cfg.rdma.resource,
                   hca_names=list(cfg.rdma.hca_names)),
-        model_cache=_cache(cfg.model_cache, checkpoint_bytes, instances, hardware),
+        model_cache=_cache(cfg.model_cache, checkpoint_bytes, instances),
         hf_token_secret=cfg.secrets.hf_token,
         pin_by_hostname=cfg.scheduling.hostnames_equal_node_names,
         tolerations=[Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
