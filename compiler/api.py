@@ -17,12 +17,15 @@ from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
 from compiler.perf.predict import Layout, curve, predict_layout, prediction_json, workload
-from compiler.plan import Instance, Plan, dump_plan, load_plan
+from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, dump_plan, load_plan
 from compiler.precheck import kv_dtype, precheck
 from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
+from compiler.validate import rules
 from schemas.diagnostics import CompileError, Diagnostic
+from schemas.reading import FileProblem, read_regular
+from schemas.source import decode_utf8
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
               "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
@@ -65,16 +68,17 @@ def failed_check(error: CompileError) -> dict:
 
 def read_plan(path: Path) -> Plan:
     """A plan.yaml written by `rackc compile`, or a diagnostic."""
+    file = display_name(path)
     try:
-        text = path.read_text(encoding="utf-8")
-        return load_plan(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CompileError([Diagnostic("error", "E001", display_name(path), 0, 0, "",
-                                       "a readable plan.yaml", str(exc),
+        text = decode_utf8(read_regular(path, PLAN_MAX_BYTES), file)
+        return load_plan(text, file)
+    except FileProblem as problem:
+        raise CompileError([Diagnostic("error", problem.code, file, 0, 0, "",
+                                       f"{problem.expected} (a plan.yaml)", problem.got,
                                        "run `rackc compile ... -o OUT` first")]) from None
     except (ValueError, TypeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
-        raise CompileError([Diagnostic("error", "E701", display_name(path), 0, 0, "",
+        raise CompileError([Diagnostic("error", "E701", file, 0, 0, "",
                                        "a plan.yaml written by rackc compile", first,
                                        "pass OUT/plan.yaml")]) from None
 
@@ -146,7 +150,8 @@ def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: EmitWorker | None = None) -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
-    the same result). Raises CompileError (exit 2 or 3)."""
+    the same result), then hold what was emitted to the enforced controller-level rules.
+    Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
     inputs = load_inputs(deployment)
     g = build_graph(inputs)
@@ -170,6 +175,9 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
         for name, emit in targets().items():
             if only is None or name in only:
                 artifacts.update(emit(plan))
+    broken = rules.check(plan, artifacts, rules.ENFORCED)
+    if broken:  # the bundle would not start: a rackc defect or inputs the targets cannot serve
+        raise CompileError(broken, exit_code=3)
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}

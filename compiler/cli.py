@@ -15,6 +15,7 @@ from pathlib import Path
 from compiler import files, output_dir
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
+from compiler.validate.cli import add_validate_command
 from schemas import KINDS
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.export import schema_text
@@ -293,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("b")
     diff.set_defaults(run=cmd_diff)
     add_perf_commands(sub)
+    add_validate_command(sub)
     return parser
 
 

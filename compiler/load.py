@@ -6,6 +6,7 @@ Every problem found in any file is collected and raised together as one CompileE
 import hashlib
 import os
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
-from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
-from schemas.source import Document, PathKey, SourceMap, format_path, load_yaml_file
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
+from schemas.reading import FileProblem, read_regular
+from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate
 
 
@@ -52,35 +54,44 @@ def _diag(src: SourceMap, path: PathKey, code: str, expected: str, got: str, hin
                       expected, got, hint)
 
 
-def _load(path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
-    doc = load_yaml_file(path, display_name(path))
+def _load(raw: bytes, path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
+    doc = load_yaml_bytes(raw, display_name(path))
     return validate(doc, kinds), doc
 
 
-def _ref(base: Path, src: SourceMap, field: str, value: str) -> Path | Diagnostic:
-    target = (base / value).resolve()
-    if not target.is_file():
-        return _diag(src, ("spec", field), "E204", "a path to an existing file", repr(value),
-                     f"paths are relative to {src.file}")
-    return target
+def _read_ref(base: Path, src: SourceMap, field: str,
+              value: str) -> tuple[Path, bytes] | Diagnostic:
+    """The file a `rack:` or `model:` path names, read; any problem is blamed on the field."""
+    target = base / value
+    try:
+        return target, read_regular(target)
+    except FileProblem as problem:
+        return _diag(src, ("spec", field), "E204" if problem.code == "E001" else problem.code,
+                     problem.expected, f"{shown(value)}: {problem.got}",
+                     f"{problem.hint}; paths are relative to {src.file}")
 
 
 def load_inputs(deployment_path: Path) -> Inputs:
-    dep, dep_doc = _load(deployment_path, ("Deployment",))
+    try:
+        raw = read_regular(deployment_path)
+    except FileProblem as problem:
+        raise file_error(problem, display_name(deployment_path)) from None
+    dep, dep_doc = _load(raw, deployment_path, ("Deployment",))
     assert isinstance(dep, DeploymentV1)
     base = deployment_path.resolve().parent
     dsrc = dep_doc.source
     errors: list[Diagnostic] = []
-    texts = [deployment_path.read_bytes()]
+    texts = [raw]
 
-    hardware = hw_doc = None
-    rack_path = _ref(base, dsrc, "rack", dep.spec.rack)
-    if isinstance(rack_path, Diagnostic):
-        errors.append(rack_path)
+    hardware = hw_doc = rack_path = None
+    rack = _read_ref(base, dsrc, "rack", dep.spec.rack)
+    if isinstance(rack, Diagnostic):
+        errors.append(rack)
     else:
         try:
-            hardware, hw_doc = _load(rack_path, ("Rack", "Cluster"))
-            texts.append(rack_path.read_bytes())
+            hardware, hw_doc = _load(rack[1], rack[0], ("Rack", "Cluster"))
+            texts.append(rack[1])
+            rack_path = Path(os.path.realpath(rack[0]))
         except CompileError as exc:
             errors.extend(exc.diagnostics)
 
@@ -91,13 +102,16 @@ def load_inputs(deployment_path: Path) -> Inputs:
         if system is not None:
             errors.extend(check_hardware(hardware, system, hw_doc.source))
     if model is not None:
-        errors.extend(check_serving(dep, model, dsrc))
+        model_errors = check_model(model, model_src)
+        errors.extend(model_errors)
+        if not model_errors:
+            errors.extend(check_serving(dep, model, dsrc))
     errors.extend(check_objective(dep, dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
-    model_path = (base / dep.spec.model).resolve() if model_src.file != dsrc.file and \
+    model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
@@ -108,20 +122,20 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
                    texts: list[bytes]) -> tuple[ModelV1 | None, SourceMap]:
     ref = dep.spec.model
     if ref.endswith((".yaml", ".yml")):
-        path = _ref(base, dsrc, "model", ref)
-        if isinstance(path, Diagnostic):
-            errors.append(path)
+        read = _read_ref(base, dsrc, "model", ref)
+        if isinstance(read, Diagnostic):
+            errors.append(read)
             return None, dsrc
         try:
-            model, doc = _load(path, ("Model",))
+            model, doc = _load(read[1], read[0], ("Model",))
         except CompileError as exc:
             errors.extend(exc.diagnostics)
             return None, dsrc
-        texts.append(path.read_bytes())
+        texts.append(read[1])
         return model, doc.source
     if ref not in catalog.model_names():
         errors.append(_diag(dsrc, ("spec", "model"), "E202", "a catalog model or a *.yaml path",
-                            repr(ref), did_you_mean(ref, catalog.model_names())))
+                            shown(ref), did_you_mean(ref, catalog.model_names())))
         return None, dsrc
     texts.append(catalog.model_text(ref).encode())
     return catalog.model(ref), SourceMap(f"catalog:models/{ref}.yaml")
@@ -130,7 +144,7 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
 def _resolve_system(hw: RackV1 | ClusterV1, src: SourceMap, errors: list[Diagnostic]):
     name = hw.spec.system
     if name not in catalog.system_names():
-        errors.append(_diag(src, ("spec", "system"), "E201", "a catalog system", repr(name),
+        errors.append(_diag(src, ("spec", "system"), "E201", "a catalog system", shown(name),
                             did_you_mean(name, catalog.system_names())))
         return None
     return catalog.system(name)
@@ -190,10 +204,17 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
     path = ("spec", "node_name_template")
     template = hw.spec.node_name_template
     try:
+        fields = list(string.Formatter().parse(template))
+        unsafe = next((f"{{{name}{':' + spec if spec else ''}}}"
+                       for _, name, spec, conv in fields if name is not None and (
+                           name not in ("name", "rack", "tray") or conv
+                           or not _TEMPLATE_SPEC.match(spec or ""))), None)
+        if unsafe:  # attribute access, nested fields or huge widths: never formatted
+            raise ValueError(f"unsupported field {unsafe}")
         names = [node_name(hw, r, t, r * trays + t) for r in range(racks) for t in range(trays)]
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         return [_diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
-                      repr(template), f"it fails to format: {exc!r}; e.g. "
+                      shown(template), f"it fails to format: {exc}; e.g. "
                       "\"{name}-r{rack}-t{tray:02d}\"")]
     bad = [n for n in names if not re.match(DNS1123_SUBDOMAIN, n) or len(n) > 253]
     if bad:
@@ -201,6 +222,9 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
                       repr(bad[0]), "Kubernetes node names are lower case letters, digits, "
                       "'-' and '.'")]
     return []
+
+
+_TEMPLATE_SPEC = re.compile(r"^(0?[1-9]?d?)$")  # `{tray:02d}`: widths below 10 only
 
 
 def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:
@@ -211,6 +235,27 @@ def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:
         return 1, nodes or spec.trays or 1
     racks = spec.racks if isinstance(hw, ClusterV1) and spec.racks else 1
     return racks, spec.trays or int(system.rack.trays.value)
+
+
+def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    """Architecture numbers that bound each other (each blamed on the one that is too large)."""
+    spec, out = model.spec, []
+    limits = [(("dense_layers",), spec.dense_layers, ("layers",), spec.layers),
+              (("attention", "sliding_layers"), spec.attention.sliding_layers, ("layers",),
+               spec.layers),
+              (("attention", "kv_heads"), spec.attention.kv_heads, ("attention", "heads"),
+               spec.attention.heads)]
+    if spec.attention.qk_rope_head_dim is not None:
+        limits.append((("attention", "qk_rope_head_dim"), spec.attention.qk_rope_head_dim,
+                       ("attention", "head_dim"), spec.attention.head_dim))
+    if spec.moe is not None:
+        limits.append((("moe", "top_k"), spec.moe.top_k, ("moe", "experts"), spec.moe.experts))
+    for path, value, bound_path, bound in limits:
+        if value > bound:
+            out.append(_diag(src, ("spec", *path), "E104",
+                             f"at most {format_path(bound_path)} ({bound})", str(value),
+                             f"{path[-1]} cannot exceed {bound_path[-1]}"))
+    return out
 
 
 def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
@@ -248,6 +293,10 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                          f"the model's built-in draft ({have})", repr(spec_cfg.method),
                          f"{model.metadata.name} has no {spec_cfg.method} layers"))
     pool = dep.spec.serving.kv_pool
+    if pool and pool.dram and pool.dram_fraction == 0:
+        out.append(_diag(src, ("spec", "serving", "kv_pool", "dram_fraction"), "E104",
+                         "a share above 0 for a DRAM pool that is on", "0",
+                         "raise dram_fraction, or set `dram: false`"))
     if pool and pool.hbm and not pool.dram:
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",

@@ -10,7 +10,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from schemas.source import checked_events
+
 PLAN_API = "rackc.dev/v1alpha1"
+PLAN_MAX_BYTES = 32 << 20  # a 64-rack plan.yaml is about 5 MiB (78 KiB per NVL72 rack)
 Role = Literal["prefill", "decode", "aggregated"]
 Source = str  # "user" | "default" | "solver" | "rule:<id>"
 
@@ -244,7 +247,10 @@ def dump_plan(plan: Plan) -> str:
                      allow_unicode=True, width=100)
 
 
-def load_plan(text: str) -> Plan:
+def load_plan(text: str, file: str = "plan.yaml") -> Plan:
+    """A plan from its text: the input loader's event checks first (no aliases, tags or deep
+    nesting; CompileError), then libyaml and the Plan model (ValueError)."""
+    checked_events(text, file, _LOADER)
     return Plan.model_validate(yaml.load(text, Loader=_LOADER))
 
 

@@ -14,6 +14,7 @@ from compiler.load import Inputs
 from compiler.memory import gpu_memory
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
+from schemas.source import format_path
 
 ROLES = ("prefill", "decode")
 
@@ -70,32 +71,46 @@ def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
                              share, engram_hbm, uses_draft(inputs))
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib,
                                  mem.total_gib <= capacity))
-    diagnostics = _diagnose(inputs, fits, available, capacity) + _check_pins(inputs, fits)
+    diagnostics = (_diagnose(inputs, fits, available, capacity)
+                   + _check_pins(inputs, fits, available))
     return Precheck(tuple(fits), tuple(diagnostics))
 
 
-def _check_pins(inputs: Inputs, fits: list[ShapeFit]) -> list[Diagnostic]:
-    """Each pinned shape exists for the model and fits in HBM (role aggregated: as decode)."""
+def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Diagnostic]:
+    """Each pinned shape, and each shape named in objective.shapes, exists for the model and
+    fits in HBM (role aggregated: as decode)."""
+    objective = inputs.deployment.spec.objective
+    named = [(("instances", j, "shape"), entry.role, entry.shape)
+             for j, entry in enumerate(objective.instances)]
+    for role in ROLES:
+        named += [(("shapes", role, j), role, name)
+                  for j, name in enumerate(getattr(objective.shapes, role) or [])]
     src = inputs.sources["deployment"]
     out = []
-    for j, entry in enumerate(inputs.deployment.spec.objective.instances):
-        shape = parse_shape(entry.shape)
-        role = "decode" if entry.role == "aggregated" else entry.role
-        ok = {f.shape.name for f in fits if f.role == role and f.fits}
-        if shape is None:
-            problem = "TPnEPm needs m = n (experts spread over the tensor-parallel ranks)"
-        else:
-            problem = shape_problem(shape, inputs.model.spec, inputs.system, 10**6)
-            if problem is None and shape.name not in ok:
-                problem = "its weights, KV and Engram share do not fit in HBM"
+    for where, role, name in named:
+        problem, ok = _shape_fit_problem(inputs, fits, role, name, available)
         if problem:
-            pos = src.locate(("spec", "objective", "instances", j, "shape"))
+            path = ("spec", "objective", *where)
+            pos = src.locate(path)
             examples = ", ".join(sorted(ok, key=lambda n: (len(n), n))[:4]) or "none fits"
             out.append(Diagnostic("error", "E302", src.file, pos.line, pos.column,
-                                  f"spec.objective.instances[{j}].shape",
-                                  f"a {entry.role} shape that fits ({examples})",
-                                  repr(entry.shape), problem))
+                                  format_path(path), f"a {role} shape that fits ({examples})",
+                                  repr(name), problem))
     return out
+
+
+def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str,
+                       available: int) -> tuple[str | None, set[str]]:
+    """Why the shape `name` cannot serve `role`, or None; and the shapes that could."""
+    role = "decode" if role == "aggregated" else role
+    ok = {f.shape.name for f in fits if f.role == role and f.fits}
+    shape = parse_shape(name)
+    if shape is None:
+        return "TPnEPm needs m = n (experts spread over the tensor-parallel ranks)", ok
+    problem = shape_problem(shape, inputs.model.spec, inputs.system, max(available, 1))
+    if problem is None and shape.name not in ok:
+        problem = "its weights, KV and Engram share do not fit in HBM"
+    return problem, ok
 
 
 def _diagnose(inputs: Inputs, fits: list[ShapeFit], available: int,

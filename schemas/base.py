@@ -12,6 +12,20 @@ LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
 PositiveInt = Annotated[int, Field(gt=0)]
+PATH_MAX = 4096  # bytes, Linux
+
+
+def count(most: int | float, least: int = 1) -> object:
+    """An integer count or size in [least, most]: every number users write is bounded by its
+    domain, so nothing downstream meets 1e308 or a 5000-digit integer."""
+    return Annotated[int, Field(ge=least, le=most)]
+
+
+def amount(most: float) -> object:
+    """A positive finite number of at most `most`."""
+    return Annotated[float, Field(gt=0, le=most)]
+
+
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -24,7 +38,7 @@ LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]
 class StrictModel(BaseModel):
     """Unknown keys are errors, values are not coerced ("3" is not 3), objects are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Metadata(StrictModel):

@@ -4,71 +4,78 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.site import Site
 from schemas.base import (
+    PATH_MAX,
     Fraction,
     Metadata,
     Name,
-    PositiveFloat,
-    PositiveInt,
     StrictModel,
+    amount,
+    count,
 )
+from schemas.site import Site
 
 Role = Literal["prefill", "decode", "aggregated"]
+TOKENS = 1 << 24  # longer than any model's context
+SHAPE = r"^(DEP[0-9]{1,3}|TP[0-9]{1,3}|TP[0-9]{1,3}EP[0-9]{1,3})$"
+# vLLM 0.33 takes any positive --block-size, but its CUDA attention kernels take multiples of
+# 16 (flash_attn, triton), 32 or 64 (FlashInfer MLA), 64 (FlashMLA) or 128 (CUTLASS MLA):
+# vllm/v1/attention/backends/**/get_supported_kernel_block_sizes.
+BlockSize = Literal[16, 32, 64, 128, 256]
 
 
 class Workload(StrictModel):
     """A catalog profile, with any of its parameters overridden."""
 
     profile: Literal["fixed", "chat", "agentx"]
-    isl: PositiveInt | None = Field(None, description="Mean input tokens per request")
-    osl: PositiveInt | None = Field(None, description="Mean output tokens per request")
-    concurrency: PositiveInt | None = Field(None, description="Requests in flight")
+    isl: count(TOKENS) | None = Field(None, description="Mean input tokens per request")
+    osl: count(TOKENS) | None = Field(None, description="Mean output tokens per request")
+    concurrency: count(1 << 20) | None = Field(None, description="Requests in flight")
     prefix_reuse: Fraction | None = Field(
         None, description="Share of input tokens that repeat an earlier request's prefix"
     )
-    shared_prefix_tokens: PositiveInt | None = Field(
+    shared_prefix_tokens: count(TOKENS) | None = Field(
         None, description="Distinct prefix tokens per session (the pool's working set)"
     )
-    sessions: PositiveInt | None = Field(None, description="Concurrent sessions")
+    sessions: count(1 << 20) | None = Field(None, description="Concurrent sessions")
 
 
 class PinnedInstances(StrictModel):
     role: Role
-    shape: str = Field(pattern=r"^(DEP[0-9]+|TP[0-9]+|TP[0-9]+EP[0-9]+)$")
-    count: PositiveInt
+    shape: str = Field(pattern=SHAPE)
+    count: int = Field(ge=1, le=4608, description="Instances (at most the GPUs of 64 NVL72 racks)")
 
 
-ShapeName = Annotated[str, Field(pattern=r"^(DEP[0-9]+|TP[0-9]+|TP[0-9]+EP[0-9]+)$")]
+ShapeName = Annotated[str, Field(pattern=SHAPE)]
 
 
 class ShapeSearch(StrictModel):
     """Engine shapes the solver may use per role (default: the system's, from the catalog)."""
 
-    prefill: list[ShapeName] | None = None
-    decode: list[ShapeName] | None = None
+    prefill: list[ShapeName] | None = Field(None, max_length=32)
+    decode: list[ShapeName] | None = Field(None, max_length=32)
 
 
 class Objective(StrictModel):
     mode: Literal["throughput", "latency", "pinned"] = "throughput"
     shapes: ShapeSearch = Field(default_factory=ShapeSearch)
     instances: list[PinnedInstances] = Field(
-        default_factory=list,
+        default_factory=list, max_length=32,
         description="mode pinned: the instance counts and shapes; the solver places them",
     )
 
 
 class Slo(StrictModel):
-    tokens_per_s_per_user_p50: PositiveFloat | None = None
-    tokens_per_s_per_user_p90: PositiveFloat | None = None
-    ttft_ms_p50: PositiveFloat | None = None
-    ttft_ms_p90: PositiveFloat | None = None
+    tokens_per_s_per_user_p50: amount(10_000) | None = None
+    tokens_per_s_per_user_p90: amount(10_000) | None = None
+    ttft_ms_p50: amount(3_600_000) | None = None  # an hour
+    ttft_ms_p90: amount(3_600_000) | None = None
 
 
 class Speculative(StrictModel):
     method: Literal["dspark", "mtp", "eagle3"]
-    draft_tokens: PositiveInt
-    acceptance: PositiveFloat = Field(
+    draft_tokens: count(16)
+    acceptance: float = Field(ge=1, le=17,
         description="Mean tokens emitted per verification step (accepted drafts + 1)"
     )
 
@@ -92,15 +99,17 @@ class Serving(StrictModel):
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"
     routing: Routing = Routing()
-    block_size: PositiveInt = 64
-    max_model_len: PositiveInt | None = Field(None, description="Default: the model's context")
+    block_size: BlockSize = 64
+    max_model_len: count(TOKENS) | None = Field(None, description="Default: the model's context")
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"
 
 
 class DeploymentSpec(StrictModel):
-    rack: str = Field(description="Path of the Rack or Cluster file, relative to this file")
-    model: str = Field(description="Catalog model name, or path of a Model file (*.yaml)")
+    rack: str = Field(min_length=1, max_length=PATH_MAX,
+                      description="Path of the Rack or Cluster file, relative to this file")
+    model: str = Field(min_length=1, max_length=PATH_MAX,
+                       description="Catalog model name, or path of a Model file (*.yaml)")
     workload: Workload
     objective: Objective = Objective()
     slo: Slo = Slo()

@@ -38,6 +38,17 @@ class CompileError(Exception):
         super().__init__("\n".join(d.render() for d in self.diagnostics))
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """A user's value as a diagnostic's `got`: short, one line, safe for any size (Python's
+    str() refuses integers of 4300+ digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A hint naming the closest choice, or listing the choices when none is close."""
     options = sorted(set(choices))

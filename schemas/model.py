@@ -7,42 +7,48 @@ from pydantic import Field
 from schemas.base import (
     Fraction,
     Metadata,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
     StrictModel,
+    amount,
+    count,
 )
 
 Dtype = Literal["fp4", "fp8", "bf16"]
+# Bounds an order of magnitude beyond today's largest models (DeepSeek: 61 layers, 7168 hidden,
+# 256 experts, 128 heads; Llama 3.1 405B: 126 layers, 16384 hidden; Qwen3: 151936 vocab).
+WIDTH = 1 << 17  # hidden and intermediate sizes
+HEAD_DIM = 1024
+HEADS = 1024
+LAYERS = 1024
+TOKENS = 1 << 24
 
 
 class Indexer(StrictModel):
     """Sparse-attention indexer (DSA): each query attends to its top-k tokens only."""
 
-    heads: PositiveInt
-    head_dim: PositiveInt
-    topk: PositiveInt
+    heads: count(HEADS)
+    head_dim: count(HEAD_DIM)
+    topk: count(TOKENS)
 
 
 class Attention(StrictModel):
     kind: Literal["mla", "gqa", "mha"]
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt = Field(description="Query/key head dim (MLA: nope + rope)")
-    v_head_dim: PositiveInt | None = None
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt | None = Field(None, description="MLA latent width")
-    qk_rope_head_dim: PositiveInt | None = None
+    heads: count(HEADS)
+    kv_heads: count(HEADS)
+    head_dim: count(HEAD_DIM) = Field(description="Query/key head dim (MLA: nope + rope)")
+    v_head_dim: count(HEAD_DIM) | None = None
+    q_lora_rank: count(WIDTH) | None = None
+    kv_lora_rank: count(WIDTH) | None = Field(None, description="MLA latent width")
+    qk_rope_head_dim: count(HEAD_DIM) | None = None
     indexer: Indexer | None = None
-    sliding_window: PositiveInt | None = Field(None, description="Window of the sliding layers")
-    sliding_layers: NonNegativeInt = Field(0, description="How many layers use the window")
+    sliding_window: count(TOKENS) | None = Field(None, description="Window of the sliding layers")
+    sliding_layers: count(LAYERS, least=0) = Field(0, description="How many layers use the window")
 
 
 class Moe(StrictModel):
-    experts: PositiveInt
-    top_k: PositiveInt
-    shared_experts: NonNegativeInt = 0
-    expert_intermediate: PositiveInt
+    experts: count(4096)
+    top_k: count(4096)
+    shared_experts: count(64, least=0) = 0
+    expert_intermediate: count(WIDTH)
     shared_expert_layer_fraction: Fraction = Field(
         1.0, description="Share of MoE layers whose sub-layer ends with the shared expert"
     )
@@ -51,15 +57,15 @@ class Moe(StrictModel):
 class Engram(StrictModel):
     """Hashed n-gram lookup tables read at every step (DeepSeek V4.1)."""
 
-    tables: PositiveInt
-    table_gib: PositiveFloat
+    tables: count(1024)
+    table_gib: amount(4096)
 
 
 class Draft(StrictModel):
     """Built-in draft model for speculative decoding (MTP / DSpark layers)."""
 
     method: Literal["mtp", "dspark", "eagle3"]
-    layers: PositiveInt = 1
+    layers: count(16) = 1
 
 
 class Dtypes(StrictModel):
@@ -69,19 +75,21 @@ class Dtypes(StrictModel):
 
 
 class ModelSpec(StrictModel):
-    architecture: str = Field(description="HF architecture, e.g. DeepseekV3ForCausalLM")
-    hf_id: str = Field(description="What `vllm serve` is given, e.g. deepseek-ai/DeepSeek-V3")
-    hidden_size: PositiveInt
-    layers: PositiveInt
-    dense_layers: NonNegativeInt = Field(0, description="Leading layers with a dense FFN")
-    dense_intermediate: NonNegativeInt = 0
-    vocab_size: PositiveInt
+    architecture: str = Field(max_length=128,
+                              description="HF architecture, e.g. DeepseekV3ForCausalLM")
+    hf_id: str = Field(max_length=256,
+                       description="What `vllm serve` is given, e.g. deepseek-ai/DeepSeek-V3")
+    hidden_size: count(WIDTH)
+    layers: count(LAYERS)
+    dense_layers: count(LAYERS, least=0) = Field(0, description="Leading layers with a dense FFN")
+    dense_intermediate: count(WIDTH, least=0) = 0
+    vocab_size: count(1 << 22)
     tie_embeddings: bool = False
-    max_context_tokens: PositiveInt
+    max_context_tokens: count(TOKENS)
     attention: Attention
     moe: Moe | None = None
     engram: Engram | None = None
-    mhc_routes: PositiveInt | None = Field(None, description="Hyper-connection residual routes")
+    mhc_routes: count(64) | None = Field(None, description="Hyper-connection residual routes")
     draft: Draft | None = None
     dtypes: Dtypes
     sources: dict[str, str] = Field(

@@ -10,44 +10,46 @@ from schemas.base import (
     LabelValue,
     Metadata,
     Name,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
     StrictModel,
+    amount,
+    count,
 )
 
 # GPU Feature Discovery: `nvidia.com/gpu.clique` = "<NVLink cluster UUID>.<clique id>".
 GPU_CLIQUE = "nvidia.com/gpu.clique"
 CLIQUE_VALUE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\.[0-9]+"
-GpuId = Annotated[str, Field(pattern=r"^r[0-9]+-t[0-9]{2}-g[0-9]+$")]
+GpuId = Annotated[str, Field(pattern=r"^r[0-9]{1,3}-t[0-9]{2}-g[0-9]{1,2}$")]
+MAX_RACKS = 64  # NVL72 racks of one cluster (18 trays each)
+MAX_NODES = 576  # HGX nodes of one cluster: the 4608 GPUs of 64 NVL72 racks
 
 
 class Unavailable(StrictModel):
     """Hardware to leave out: whole trays (HGX: nodes) by index, single GPUs by id `r0-t07-g2`."""
 
-    trays: list[NonNegativeInt] = Field(default_factory=list)
+    trays: list[count(MAX_RACKS * 18 - 1, least=0)] = Field(default_factory=list)
     gpus: list[GpuId] = Field(default_factory=list)
 
 
 class HardwareSpec(StrictModel):
-    system: str = Field(description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
-    trays: PositiveInt | None = Field(
+    system: str = Field(max_length=64,
+                        description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
+    trays: count(MAX_NODES) | None = Field(
         None, description="Compute trays per rack (HGX: nodes); default: the system's full count"
     )
     node_names: list[Name] | None = Field(
         None, description="Kubernetes node name of each tray, in rack-major, tray order"
     )
     node_name_template: str = Field(
-        "{name}-r{rack}-t{tray:02d}",
+        "{name}-r{rack}-t{tray:02d}", max_length=253,
         description="Used when node_names is absent; fields: name, rack, tray",
     )
     node_labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, description="Extra labels every node of this hardware carries"
     )
     unavailable: Unavailable = Unavailable()
-    dram_gib_per_tray: PositiveFloat | None = Field(None, description="Override the catalog")
-    nic_gbps_per_gpu: PositiveFloat | None = Field(None, description="Override the catalog")
-    rdma_devices_per_tray: PositiveInt | None = Field(
+    dram_gib_per_tray: amount(16384) | None = Field(None, description="Override the catalog")
+    nic_gbps_per_gpu: amount(3200) | None = Field(None, description="Override the catalog")
+    rdma_devices_per_tray: count(32) | None = Field(
         None, description="RDMA NICs exposed to pods per tray (resource rdma/ib); default: GPUs"
     )
 
@@ -69,8 +71,8 @@ class RackSpec(HardwareSpec):
 
 
 class ClusterSpec(HardwareSpec):
-    racks: PositiveInt | None = Field(None, description="NVL72 racks (one NVLink domain each)")
-    nodes: PositiveInt | None = Field(None, description="HGX nodes (one NVLink domain each)")
+    racks: count(MAX_RACKS) | None = Field(None, description="NVL72 racks (one NVLink domain each)")
+    nodes: count(MAX_NODES) | None = Field(None, description="HGX nodes (one NVLink domain each)")
 
 
 class RackV1(StrictModel):

@@ -7,25 +7,26 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from schemas.base import LabelKey, LabelValue, Name, PositiveFloat, PositiveInt, StrictModel
+from schemas.base import PATH_MAX, LabelKey, LabelValue, Name, StrictModel, amount, count
 
 IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-         r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$")
+         r"((:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$")
+IMAGE_MAX = 512
 SEMVER = r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$"
 # Extended resource names: `<domain>/<name>` (rdma/ib, nvidia.com/cx8_sriov, ...).
 RESOURCE_NAME = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 HCA = r"^[A-Za-z0-9_]+(:[0-9]+)?$"
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9._-]+)+/?$"
-HcaName = Annotated[str, Field(pattern=HCA)]
+HcaName = Annotated[str, Field(max_length=64, pattern=HCA)]
 
 
 class Images(StrictModel):
     dynamo: str = Field(
-        "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", pattern=IMAGE,
+        "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", max_length=IMAGE_MAX, pattern=IMAGE,
         description="Dynamo's vLLM runtime image: the DGD's workers and frontend. It must hold "
                     "vLLM serving.vllm_version (the stock 1.6.1 image ships vLLM 0.31.0)")
     vllm: str = Field(
-        "vllm/vllm-openai:v0.33.0", pattern=IMAGE,
+        "vllm/vllm-openai:v0.33.0", max_length=IMAGE_MAX, pattern=IMAGE,
         description="A plain vLLM image: the vllm/ scripts, lws/ and the Mooncake master (the "
                     "MooncakeStoreConnector's mooncake-transfer-engine ships mooncake_master)")
     dynamo_version: Literal["1.6.1"] = Field(
@@ -35,7 +36,7 @@ class Images(StrictModel):
         description="DGD components' runtimeVersionOverride; default: dynamo_version when the "
                     "dynamo image's tag is not that version")
     router: str | None = Field(
-        None, pattern=IMAGE,
+        None, max_length=IMAGE_MAX, pattern=IMAGE,
         description="An image with vllm-router (PyPI vllm-router): lws/ then fronts P/D "
                     "engines with it; without it lws/ serves aggregated plans only by itself")
 
@@ -44,11 +45,11 @@ class Rdma(StrictModel):
     transport: Literal["rdma", "tcp"] = Field(
         "rdma", description="KV transfer and the Mooncake pool; tcp only if the site has no RDMA")
     resource: str = Field(
-        "rdma/ib", pattern=RESOURCE_NAME,
+        "rdma/ib", max_length=253, pattern=RESOURCE_NAME,
         description="The RDMA device plugin's extended resource (Dynamo's wide-EP recipes and "
                     "llm-d use rdma/ib; SR-IOV sites name theirs, e.g. nvidia.com/cx8_sriov)")
     hca_names: list[HcaName] = Field(
-        default_factory=list,
+        default_factory=list, max_length=64,
         description="HCAs every engine pod sees (mlx5_0, ...): Mooncake device_name and "
                     "UCX_NET_DEVICES; empty: each discovers its own (right when the device "
                     "plugin hands each pod a subset)")
@@ -59,14 +60,14 @@ class ModelCache(StrictModel):
     every node); default: a host path, filled once per node."""
 
     pvc: Name | None = Field(None, description="An existing ReadWriteMany PVC for the HF cache")
-    host_path: str | None = Field(None, pattern=ABSOLUTE_PATH,
+    host_path: str | None = Field(None, max_length=PATH_MAX, pattern=ABSOLUTE_PATH,
                                   description="Default /var/cache/rackc/huggingface")
-    mount_path: str = Field("/models", pattern=ABSOLUTE_PATH)
-    download_gbytes_per_s: PositiveFloat = Field(
+    mount_path: str = Field("/models", max_length=PATH_MAX, pattern=ABSOLUTE_PATH)
+    download_gbytes_per_s: amount(1000.0) = Field(
         0.5, description="Hub download rate for the first fill (assumed)")
-    read_gbytes_per_s: PositiveFloat = Field(
+    read_gbytes_per_s: amount(10000.0) = Field(
         2.0, description="Aggregate read rate of the cache storage (assumed)")
-    engine_ready_timeout_s: PositiveInt | None = Field(
+    engine_ready_timeout_s: count(7 * 86400) | None = Field(
         None, description="VLLM_ENGINE_READY_TIMEOUT_S; default: derived from the checkpoint "
                           "size and the two rates")
 
@@ -90,6 +91,7 @@ class Scheduling(StrictModel):
                            "(metadata.name field selectors, always exact)")
     tolerations: list[Toleration] = Field(
         default_factory=lambda: [Toleration(key="nvidia.com/gpu", effect="NoSchedule")],
+        max_length=64,
         description="Tolerations of GPU pods (default: the GPU operator's nvidia.com/gpu taint)")
     priority_class: Name | None = None
 
@@ -97,10 +99,10 @@ class Scheduling(StrictModel):
 class HostSizing(StrictModel):
     """Requests of the engine pods beyond what the plan pins (pool segments, Engram tables)."""
 
-    cpu_per_gpu: PositiveInt = Field(8, description="Cores per GPU rank (assumed)")
-    memory_gib_per_gpu: PositiveFloat = Field(
+    cpu_per_gpu: count(1024) = Field(8, description="Cores per GPU rank (assumed)")
+    memory_gib_per_gpu: amount(65536.0) = Field(
         16.0, description="Host memory per rank for the process itself (assumed)")
-    shm_gib: PositiveFloat = Field(
+    shm_gib: amount(65536.0) = Field(
         8.0, description="/dev/shm besides shared Engram tables (the Dynamo operator's default)")
 
 

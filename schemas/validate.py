@@ -3,13 +3,14 @@
 from pydantic import BaseModel, ValidationError
 
 from schemas import API_VERSION, KINDS
-from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.source import Document, PathKey, format_path
 
 # pydantic error type -> (code, what we expected when pydantic's message is not clearer)
 _CODES: dict[str, str] = {
     "extra_forbidden": "E101",
     "missing": "E102",
+    "finite_number": "E104",
     "greater_than": "E104",
     "greater_than_equal": "E104",
     "less_than": "E104",
@@ -23,8 +24,34 @@ _CODES: dict[str, str] = {
 }
 
 
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                 "finite_number")
+
+
+def _range(bounds: dict[str, float], integer: bool) -> str | None:
+    """'an integer from 1 to 576', 'a number > 0 and at most 3200', from the field's bounds."""
+    low = bounds.get("ge", bounds.get("gt"))
+    high = bounds.get("le", bounds.get("lt"))
+    if low is None or high is None:
+        return None
+    if integer and "ge" in bounds and "le" in bounds:
+        return f"an integer from {_num(low)} to {_num(high)}"
+    above = ">=" if "ge" in bounds else ">"
+    below = "<=" if "le" in bounds else "<"
+    what = "an integer" if integer else "a number"
+    return f"{what} {above} {_num(low)} and {below} {_num(high)}"
+
+
+def _num(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _expected(err: dict) -> str:
     kind, ctx = err["type"], err.get("ctx", {})
+    if kind in _BOUND_ERRORS and err.get("range"):
+        return err["range"]
+    if kind == "finite_number":
+        return "a finite number"
     if kind in ("greater_than", "greater_than_equal"):
         bound = ctx.get("gt", ctx.get("ge"))
         if bound == 0 and kind == "greater_than":
@@ -48,11 +75,8 @@ def _got(err: dict) -> str:
         return "nothing"
     value = err.get("input")
     if err["type"] == "extra_forbidden":
-        return f"unknown key `{err['loc'][-1]}`"
-    text = repr(value) if isinstance(value, str) else str(value)
-    if isinstance(value, dict | list):
-        text = type(value).__name__
-    return text if len(text) <= 60 else text[:57] + "..."
+        return f"unknown key {shown(str(err['loc'][-1]))}"
+    return shown(value)
 
 
 def _hint(err: dict, model: type[BaseModel], path: PathKey) -> str:
@@ -63,8 +87,10 @@ def _hint(err: dict, model: type[BaseModel], path: PathKey) -> str:
         return f"add `{path[-1]}:` here"
     if kind in ("int_type", "float_type") and isinstance(err.get("input"), str):
         return "write the number without quotes or units (units are in the field name)"
-    if kind == "greater_than" and err.get("ctx", {}).get("gt") == 0:
+    if kind in ("greater_than", "greater_than_equal", "finite_number"):
         return "counts and sizes must be greater than zero"
+    if kind in ("less_than", "less_than_equal"):
+        return "this is beyond what the field's domain holds; check the units and digits"
     return ""
 
 
@@ -86,11 +112,44 @@ def _model_at(model: type[BaseModel], path: PathKey) -> object:
     return current
 
 
-def _is_int_field(model: type[BaseModel], path: PathKey) -> bool:
-    parent = _model_at(model, path[:-1])
+def _field(model: type[BaseModel], path: PathKey) -> object:
+    """The pydantic FieldInfo at `path` (list indices skipped), or None."""
+    names = [p for p in path if not isinstance(p, int)]
+    if not names:
+        return None
+    parent = _model_at(model, tuple(names[:-1]))
     fields = getattr(parent, "model_fields", None) or {}
-    field = fields.get(path[-1]) if path else None
+    return fields.get(names[-1])
+
+
+def _is_int_field(model: type[BaseModel], path: PathKey) -> bool:
+    field = _field(model, path)
     return field is not None and "int" in str(field.annotation)
+
+
+def _bounds(field: object) -> dict[str, float]:
+    """ge/gt/le/lt of a field, from its own metadata or an Annotated type inside its
+    annotation (`count(64) | None`, `list[count(1151)]`)."""
+    found: dict[str, float] = {}
+
+    def visit(meta: object) -> None:
+        for key in ("ge", "gt", "le", "lt"):
+            value = getattr(meta, key, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found.setdefault(key, value)
+        for inner in getattr(meta, "metadata", ()) or ():
+            visit(inner)
+
+    def walk(annotation: object) -> None:
+        for meta in getattr(annotation, "__metadata__", ()):
+            visit(meta)
+        for arg in getattr(annotation, "__args__", ()):
+            walk(arg)
+
+    for meta in getattr(field, "metadata", ()) or ():
+        visit(meta)
+    walk(getattr(field, "annotation", None))
+    return found
 
 
 def _submodel(annotation: object) -> object:
@@ -109,6 +168,8 @@ def to_diagnostics(exc: ValidationError, doc: Document, model: type[BaseModel]) 
         path: PathKey = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
         code = _CODES.get(err["type"], "E103")
         err["integer"] = _is_int_field(model, path)
+        if err["type"] in _BOUND_ERRORS:
+            err["range"] = _range(_bounds(_field(model, path)), err["integer"])
         if err["type"] == "missing":
             pos = doc.source.locate(path[:-1], prefer_key=True)
         else:
@@ -132,15 +193,16 @@ def check_envelope(doc: Document, allowed: tuple[str, ...]) -> type[BaseModel]:
     if version != API_VERSION:
         pos = doc.source.locate(("apiVersion",))
         errors.append(Diagnostic("error", "E010", file, pos.line, pos.column, "apiVersion",
-                                 f"`{API_VERSION}`", repr(version) if version else "nothing",
+                                 f"`{API_VERSION}`", shown(version) if version else "nothing",
                                  f"write `apiVersion: {API_VERSION}`"))
     kind = doc.data.get("kind")
     if kind not in allowed:
         pos = doc.source.locate(("kind",))
-        hint = did_you_mean(str(kind), allowed) if kind else f"add `kind: {allowed[0]}`"
+        hint = did_you_mean(kind, allowed) if isinstance(kind, str) and kind else \
+            f"write `kind: {allowed[0]}`"
         errors.append(Diagnostic("error", "E011", file, pos.line, pos.column, "kind",
                                  " or ".join(f"`{k}`" for k in allowed),
-                                 repr(kind) if kind else "nothing", hint))
+                                 shown(kind) if kind else "nothing", hint))
     if errors:
         raise CompileError(errors)
     return KINDS[str(kind)]

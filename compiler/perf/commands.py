@@ -27,7 +27,7 @@ def cmd_perf_ops(args: argparse.Namespace) -> int:
     stdin = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
              if hasattr(sys.stdin, "buffer") else sys.stdin)
     bad = 0
-    for result in query.run_queries(model, stdin):
+    for result in query.run_queries(model, query.capped_lines(stdin)):
         if isinstance(result, dict):
             sys.stdout.write(json.dumps(result) + "\n")
             sys.stdout.flush()  # answer each query as it comes, for interactive pipes

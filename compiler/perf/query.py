@@ -9,11 +9,13 @@ is 2 when any line was bad.
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 from compiler.perf.ops import DTYPES, PLACEMENTS, OpModel
 from schemas.diagnostics import Diagnostic, did_you_mean
 
 SOURCE = "<stdin>"
+MAX_LINE = 64 * 1024  # characters; a query is about a hundred
 CODE = "E601"  # a perf ops query rackc cannot answer
 
 
@@ -131,7 +133,7 @@ def validate(line: int, q: object) -> list[Diagnostic]:
     if not isinstance(q, dict):
         return [_error(line, "", "a JSON object", type(q).__name__)]
     op = q.get("op")
-    if op not in FORMS:
+    if not isinstance(op, str) or op not in FORMS:
         got = "nothing (missing field)" if "op" not in q else _shown(op)
         hint = did_you_mean(op, FORMS) if isinstance(op, str) else ""
         return [_error(line, "op", " | ".join(FORMS), got, hint)]
@@ -145,10 +147,17 @@ def answer(model: OpModel, q: dict) -> dict:
 
 
 def parse(line: int, text: str) -> tuple[object, list[Diagnostic]]:
+    if len(text.rstrip("\r\n")) > MAX_LINE:
+        return None, [_error(line, "", f"a line of at most {MAX_LINE} characters",
+                             f"more than {MAX_LINE}", "one query per line")]
     try:
         return json.loads(text), []
     except json.JSONDecodeError as exc:
         return None, [_error(line, "", "a JSON object", f"invalid JSON ({exc.msg})")]
+    except RecursionError:
+        return None, [_error(line, "", "a JSON object", "nesting too deep to parse")]
+    except ValueError as exc:  # an integer beyond Python's digit limit
+        return None, [_error(line, "", "a JSON object", f"invalid JSON ({exc})"[:120])]
 
 
 def render(errors: list[Diagnostic]) -> str:
@@ -157,6 +166,16 @@ def render(errors: list[Diagnostic]) -> str:
              + (f" ({d.hint})" if d.hint else "") for d in errors]
     first = errors[0]
     return f"{first.severity}[{first.code}] {first.file}:{first.line} " + "; ".join(parts)
+
+
+def capped_lines(stream: TextIO) -> Iterator[str]:
+    """The lines of `stream`, holding at most MAX_LINE + 1 characters of any: an over-long
+    line comes as its first MAX_LINE + 1 characters (which `parse` refuses), the rest skipped."""
+    while line := stream.readline(MAX_LINE + 1):
+        rest = line
+        while len(rest) > MAX_LINE and not rest.endswith("\n"):
+            rest = stream.readline(MAX_LINE + 1)
+        yield line
 
 
 def run_queries(model: OpModel, lines: Iterable[str]) -> Iterator[dict | list[Diagnostic]]:

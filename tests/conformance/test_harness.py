@@ -216,6 +216,19 @@ def test_custom_resource_bad_value_and_metadata_typo_fail():
 
 
 @pytest.mark.usefixtures("crds")
+def test_custom_resource_cel_rule_fails():
+    """The DGD CRD's CEL rule on the executor-backend annotation (no schema type holds it)."""
+    dgd = json.loads(json.dumps(DGD))
+    dgd["spec"]["components"][1]["podTemplate"]["metadata"] = {
+        "annotations": {"nvidia.com/vllm-distributed-executor-backend": "slurm"}}
+    [error] = harness.validate_custom(dgd)
+    assert "$.spec.components[1].podTemplate.metadata.annotations" in error, error
+    dgd["spec"]["components"][1]["podTemplate"]["metadata"]["annotations"][
+        "nvidia.com/vllm-distributed-executor-backend"] = "MP"  # lowerAscii() in ["mp", "ray"]
+    assert harness.validate_custom(dgd) == []
+
+
+@pytest.mark.usefixtures("crds")
 def test_custom_resource_unserved_version_fails():
     [error] = harness.validate_custom({**COMPUTE_DOMAIN, "apiVersion": "resource.nvidia.com/v1"})
     assert "serves ['v1beta1']" in error
@@ -269,6 +282,10 @@ items:
               type: object
               properties:
                 size: {type: integer, minimum: 1}
+                replicas: {type: integer, default: 1}
+              x-kubernetes-validations:
+              - {rule: "self.replicas <= self.size", message: "replicas must not exceed size"}
+              - {rule: "self.size == oldSelf.size", message: "size is immutable"}
   status:
     acceptedNames: {kind: Widget, plural: widgets}
     conditions:
@@ -281,18 +298,19 @@ def test_crds_as_kubectl_writes_them(tmp_path, monkeypatch):
     (tmp_path / "widgets.yaml").write_text(KUBECTL_CRDS)
     monkeypatch.setenv("RACKC_CRDS", str(tmp_path))
     harness._crds.cache_clear()
-    harness._crd_validator.cache_clear()
     try:
         widget = {"apiVersion": "example.com/v1", "kind": "Widget",
                   "metadata": {"name": "w", "namespace": "rackc"}, "spec": {"size": 2}}
         assert harness.validate_manifests([widget]) == []
+        widget["spec"] = {"size": 2, "replicas": 3}
+        [error] = harness.validate_manifests([widget])
+        assert "$.spec: replicas must not exceed size" in error
         widget["spec"] = {"size": 0, "colour": "red"}
         errors = harness.validate_manifests([widget])
         assert any("$.spec.size" in e and "minimum" in e for e in errors), errors
         assert any("'colour' was unexpected" in e for e in errors), errors
     finally:
         harness._crds.cache_clear()
-        harness._crd_validator.cache_clear()
 
 
 def test_kustomize_build_failure_raises(tmp_path):

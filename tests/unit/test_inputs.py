@@ -90,4 +90,4 @@ def test_text_form_matches_the_documented_shape(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(CompileError) as info:
         api.check(Path("deployment.yaml"))
     assert info.value.diagnostics[0].render().startswith(
-        "error[E104] rack.yaml:7:10 spec.trays: expected a positive integer, got -3")
+        "error[E104] rack.yaml:7:10 spec.trays: expected an integer from 1 to 576, got -3")

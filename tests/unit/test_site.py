@@ -11,7 +11,7 @@ from schemas.site import Images, ModelCache
     ("registry.example.com/dynamo:v1.6.1", None),
     ("registry.example.com/dynamo:0.33.0-dyn1.6.1", "1.6.1"),  # parses as 0.33.0: say 1.6.1
     ("registry.example.com/dynamo:latest", "1.6.1"),
-    ("registry.example.com:5000/dynamo", "1.6.1"),  # the port is no tag
+    ("registry.example.com:5000/dynamo@sha256:" + "a" * 64, "1.6.1"),  # a port is no tag
 ])
 def test_runtime_version_override_when_the_tag_is_not_the_dynamo_version(image, override):
     assert site.runtime_version_override(Images(dynamo=image)) == override

@@ -1,0 +1,110 @@
+"""A compiled bundle read back as objects: the Kubernetes documents of each bundle folder (with
+the file and line they start at) and the `vllm/` launch scripts. Pure: takes the emitted files
+(path relative to OUT -> text), as `rackc compile` holds them before writing."""
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Folders that are deployed on their own: `kubectl apply -k k8s/` or `-k lws/`, and the
+# Mooncake master's own manifests.
+BUNDLES = ("k8s", "lws", "mooncake")
+SCRIPTS = "vllm"
+
+
+@dataclass(frozen=True)
+class Obj:
+    """One Kubernetes object of the bundle and where it was written."""
+
+    file: str
+    line: int
+    doc: dict[str, Any] = field(hash=False, compare=False)
+    node: yaml.Node | None = field(default=None, hash=False, compare=False)
+
+    def line_at(self, path: str) -> int:
+        """The line of a field path (`spec.components[2].podTemplate`) in the file; the
+        nearest parent's when the field is not written."""
+        node, line = self.node, self.line
+        for key, index in _SEGMENT.findall(path):
+            mark = None
+            if isinstance(node, yaml.MappingNode) and key:
+                pair = next(((k, v) for k, v in node.value if k.value == key), None)
+                node, mark = (pair[1], pair[0].start_mark) if pair else (None, None)
+            elif isinstance(node, yaml.SequenceNode) and index and \
+                    int(index) < len(node.value):
+                node = node.value[int(index)]
+                mark = node.start_mark
+            else:
+                node = None
+            if node is None or mark is None:
+                break
+            line = mark.line + 1
+        return line
+
+    @property
+    def kind(self) -> str:
+        return str(self.doc.get("kind"))
+
+    @property
+    def name(self) -> str:
+        return str((self.doc.get("metadata") or {}).get("name", "?"))
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Script:
+    """A `vllm/<instance>/<tray>.sh` launch script: the process it starts on the tray's node."""
+
+    file: str
+    instance: str
+    tray: str
+    env: dict[str, str] = field(hash=False, compare=False)
+    argv: tuple[str, ...] = ()  # from `vllm serve`
+
+
+_SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def objects(files: Mapping[str, str | bytes], folder: str) -> list[Obj]:
+    """The Kubernetes objects in a folder's YAML files (kustomization.yaml aside)."""
+    out = []
+    for path, text in sorted(files.items()):
+        if not (path.startswith(folder + "/") and path.endswith((".yaml", ".yml"))
+                and isinstance(text, str)) or PurePosixPath(path).name == "kustomization.yaml":
+            continue
+        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
+        nodes = [n for n in yaml.compose_all(text, Loader=_LOADER) if n is not None]
+        for node, doc in zip(nodes, docs, strict=True):
+            if isinstance(doc, dict) and {"apiVersion", "kind"} <= doc.keys():
+                out.append(Obj(path, node.start_mark.line + 1, doc, node))
+    return out
+
+
+def scripts(files: Mapping[str, str | bytes]) -> list[Script]:
+    """The launch scripts: their exports and the `exec vllm ...` line (shell continuations)."""
+    out = []
+    for path, text in sorted(files.items()):
+        p = PurePosixPath(path)
+        if p.parts[0] != SCRIPTS or p.suffix != ".sh" or not isinstance(text, str):
+            continue
+        env: dict[str, str] = {}
+        command: list[str] = []
+        for line in text.splitlines():
+            if line.startswith("export "):
+                for word in shlex.split(line[len("export "):]):
+                    key, _, value = word.partition("=")
+                    env[key] = value
+            elif line.startswith("exec ") or command:
+                command.append(line.removesuffix("\\"))
+        argv = shlex.split(" ".join(command))[1:]
+        out.append(Script(path, p.parent.name, p.stem, env, tuple(argv)))
+    return out

@@ -1,0 +1,541 @@
+"""Controller-level rules: what the DRA driver, the scheduler, the kubelet and the engines decide
+between objects, which no schema holds. Pure: `check(plan, files)` reads the plan and the
+emitted files (path relative to OUT -> text) and returns one diagnostic per broken rule and
+object, naming both. `rackc compile` runs the rules in ENFORCED on what it emits; `rackc
+validate` runs them all.
+
+Rules and where their facts come from:
+- dra-channel-per-node: the NVIDIA DRA driver's default channel DeviceClass selects channel 0
+  only (deployments/helm/.../deviceclass-compute-domain-default-channel.yaml: `...id == 0`), and
+  the kubelet plugin refuses a second claim of it on a node (cmd/compute-domain-kubelet-plugin/
+  device_state.go assertImexChannelNotAllocated): one channel claim per node; pods that each take
+  one from a ResourceClaimTemplate need a node each, pods sharing a ResourceClaim share it.
+- node-gpus, node-rdma-devices, node-cpu, node-memory: the scheduler's fit of requests within a
+  node's capacity (GPUs of the tray less the unavailable ones, the tray's host memory, RDMA
+  devices and CPU cores where the plan carries them).
+- host-ports-per-node: processes on one host (launch scripts on a tray, hostNetwork pods) must
+  not bind the same port: vLLM's API `--port` (default 8000) and NIXL's side channel
+  (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600, + the DP index: vLLM 0.33
+  distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py).
+- selector-matches-node: every nodeSelector and required node affinity admits a node of the
+  rack manifest, with the labels known there (the manifest's node_labels, kubernetes.io/arch,
+  kubernetes.io/os; metadata.name as a field).
+- connector-env: NixlConnector advertises VLLM_NIXL_SIDE_CHANNEL_HOST (vLLM default
+  `localhost`, which no peer reaches); Dynamo 1.6.1 fills it in only when the connector is
+  NixlConnector or PdConnector, not a MultiConnector member (dynamo/vllm/args.py
+  _uses_nixl_connector), and its operator only for multi-node components.
+  MooncakeStoreConnector reads MOONCAKE_CONFIG_PATH (vLLM distributed/mooncake_store.py), from a
+  mounted folder in a pod.
+- rdma-transport: a Mooncake client with `protocol: rdma` needs an RDMA device and IPC_LOCK in
+  the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
+  goes over TCP).
+- engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
+  attention backend, MoE backends per expert format, the environment of all-to-all backends
+  across trays) and the frontend's KV block size equal to the workers'.
+"""
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from compiler.plan import Plan
+from compiler.validate import bundle, placement, pods
+from compiler.validate.pods import Engine, Node, PodGroup
+from schemas.diagnostics import Diagnostic
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    file: str
+    line: int
+    where: str  # the object and field path
+    expected: str
+    got: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One folder deployed on its own, read back as pods and engines."""
+
+    folder: str
+    objs: list[bundle.Obj]
+    groups: list[PodGroup]
+    engines: list[Engine]
+
+
+@dataclass(frozen=True)
+class Context:
+    plan: Plan
+    nodes: list[Node]
+    bundles: list[Bundle]
+    scripts: list[Engine]
+    files: Mapping[str, str | bytes]
+
+
+def context(plan: Plan, files: Mapping[str, str | bytes]) -> Context:
+    out = []
+    for folder in bundle.BUNDLES:
+        objs = bundle.objects(files, folder)
+        groups = pods.pod_groups(objs)
+        out.append(Bundle(folder, objs, groups, pods.engines(groups)))
+    requested = tuple(sorted({r for b in out for g in b.groups for r in pods.demand(g.spec)}))
+    return Context(plan, pods.nodes(plan, requested), out,
+                   pods.script_engines(bundle.scripts(files)), files)
+
+
+def _names(nodes: Iterable[Node]) -> str:
+    names = [n.name for n in nodes]
+    return ", ".join(names) if len(names) <= 4 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
+# --- selector-matches-node ------------------------------------------------------------------
+
+# Why rackc cannot know the value of a label other agents own (pods.OWNED_PREFIXES).
+_OWNED = (("nvidia.com/", "GPU Feature Discovery sets nvidia.com/* labels from the hardware "
+           "(nvidia.com/gpu.clique is <clusterUUID>.<cliqueId>)"),
+          ("feature.node.kubernetes.io/", "Node Feature Discovery sets this label"),
+          ("kubernetes.io/hostname", "the kubelet sets it to the host's name, which need not "
+           "be the node name: pin by node name with matchFields metadata.name"))
+
+
+def _label_hint(requirement: str) -> str:
+    for prefix, why in _OWNED:
+        if prefix in requirement:
+            return f"{why}; give the label in the rack manifest's node_labels when your nodes " \
+                   "carry it"
+    return "the rack manifest's node_labels are the labels rackc knows the nodes carry"
+
+
+def selector_matches_node(ctx: Context) -> list[Finding]:
+    out = []
+    bad_values = {k: v for k, v in ctx.plan.hardware.node_labels.items()
+                  if k in pods.GFD_FORMATS and not pods.GFD_FORMATS[k].fullmatch(v)}
+    for b in ctx.bundles:
+        for g in b.groups:
+            if g.pods and not pods.eligible(g.spec, ctx.nodes) and ctx.nodes:
+                why = pods.mismatch(g.spec, ctx.nodes[0]) or "?"
+                hint = _label_hint(why)
+                for key, value in bad_values.items():
+                    if key in why:
+                        hint = f"{key}={value} in node_labels is not a value GPU Feature " \
+                               f"Discovery writes (<clusterUUID>.<cliqueId>); {hint}"
+                out.append(Finding("selector-matches-node", g.obj.file, g.obj.line_at(g.path),
+                                   g.where,
+                                   "a node selection that admits a node of the rack manifest",
+                                   f"{why}, which no node of {_names(ctx.nodes)} is known "
+                                   "to match", hint))
+    return out
+
+
+# --- placement: channels, capacities, host ports --------------------------------------------
+
+_RESOURCE_RULES = {pods.GPU: "node-gpus", pods.CPU: "node-cpu", pods.MEMORY: "node-memory"}
+
+
+def _channel_templates(objs: list[bundle.Obj]) -> dict[str, str]:
+    """ResourceClaimTemplate name -> the ComputeDomain whose channel it hands out."""
+    out = {}
+    for o in objs:
+        if o.kind == "ComputeDomain":
+            name = (((o.doc.get("spec") or {}).get("channel") or {})
+                    .get("resourceClaimTemplate") or {}).get("name")
+            if name:
+                out[str(name)] = o.name
+    return out
+
+
+def _channel(spec: dict[str, Any], templates: dict[str, str]) -> tuple[bool, str | None]:
+    template, claim = False, None
+    for rc in spec.get("resourceClaims") or []:
+        if rc.get("resourceClaimTemplateName") in templates:
+            template = True
+        elif rc.get("resourceClaimName"):
+            claim = str(rc["resourceClaimName"])  # a shared claim; channel if it names one
+    return template, claim if claim and claim in templates.values() else None
+
+
+def _rule_for(resource: str, plan: Plan) -> str | None:
+    if pods.is_rdma(resource, plan):
+        return "node-rdma-devices"
+    return _RESOURCE_RULES.get(resource)
+
+
+def _engine_ports(e: Engine) -> set[int]:
+    """The ports an engine process binds on its host (see the module docstring)."""
+    ports = set()
+    if not e.has("--headless"):
+        ports.add(_int(e.flag("--port"), 8000))
+    if any(c.get("kv_connector") == "NixlConnector" for c in e.connectors()):
+        base = _int(e.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT"), 5600)
+        start = _int(e.flag("--data-parallel-start-rank"), 0)
+        local = _int(e.flag("--data-parallel-size-local"), 0) or _local_ranks(e)
+        ports |= {base + start + i for i in range(local)}
+    return ports
+
+
+def _local_ranks(e: Engine) -> int:
+    devices = e.env.get("CUDA_VISIBLE_DEVICES")
+    gpus = len(devices.split(",")) if devices else 1
+    tp = _int(e.flag("--tensor-parallel-size"), 1) or 1
+    dp = _int(e.flag("--data-parallel-size"), 1)
+    return max(1, min(dp, gpus // tp))
+
+
+def _int(value: object, default: int) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return default
+
+
+def _host_ports(g: PodGroup, engines: list[Engine]) -> tuple[int, ...]:
+    if not g.spec.get("hostNetwork"):
+        declared = {int(p["hostPort"]) for c in g.spec.get("containers") or []
+                    for p in c.get("ports") or [] if isinstance(p.get("hostPort"), int)}
+        return tuple(sorted(declared))
+    ports = {int(p["containerPort"]) for c in g.spec.get("containers") or []
+             for p in c.get("ports") or [] if isinstance(p.get("containerPort"), int)}
+    for e in engines:
+        if e.group is g:
+            ports |= _engine_ports(e)
+    return tuple(sorted(ports))
+
+
+def _family_rule(family: str, plan: Plan) -> str | None:
+    kind, _, name = family.partition(":")
+    if kind == "resource":
+        return _rule_for(name, plan)
+    return "dra-channel-per-node" if kind == "channel" else "host-ports-per-node"
+
+
+def _shortfall_finding(s: placement.Shortfall, groups: list[PodGroup], nodes: list[Node],
+                       rule: str, demands: list[placement.Demand]) -> Finding:
+    blamed = [groups[k] for k in s.keys]
+    first = blamed[0] if blamed else groups[0]
+    where = "; ".join(f"{g.where} ({g.pods} pods)" for g in blamed)
+    on = _names(nodes[n] for n in s.nodes)
+    kind, _, name = s.family.partition(":")
+    if kind == "channel":
+        expected = "at most one ComputeDomain channel claim per node (the DRA driver " \
+                   "allocates channel 0 once per node)"
+        got = f"{s.asked} channel claims for {len(s.nodes)} nodes ({on})" if s.asked >= 0 \
+            else f"channel claims that no placement on {on} can hold"
+        hint = "run one pod per node, or let the pods of a node share one ResourceClaim; " \
+               f"{s.asked - s.offered} pods would stay Pending" if s.asked >= 0 else \
+               "run one pod per node, or let the pods of a node share one ResourceClaim"
+    elif kind == "port":
+        expected = f"port {name} bound once per node"
+        got = f"{s.asked} pods binding it on {len(s.nodes)} nodes ({on})"
+        hint = "give each co-located process its own port"
+    else:
+        unit = "GiB" if name == pods.MEMORY else ""
+        scale = Fraction(2**30) if unit else Fraction(1)
+        asked = f"{float(s.asked / scale):g}{' ' + unit if unit else ''}"
+        offered = f"{float(s.offered / scale):g}{' ' + unit if unit else ''}"
+        expected = f"{name} requests within the nodes' capacity"
+        got = f"{asked} asked on {on}, which offer {offered}" if s.asked >= 0 else \
+            f"requests that no placement on {on} can hold"
+        hint = "requests of every pod that may run there count, whatever the pod"
+    return Finding(rule, first.obj.file, first.obj.line_at(first.path), where, expected, got,
+                   hint)
+
+
+def placement_rules(ctx: Context) -> list[Finding]:
+    out = []
+    for b in ctx.bundles:
+        templates = _channel_templates(b.objs)
+        demands, groups = [], []
+        for g in b.groups:
+            allowed = tuple(i for i, n in enumerate(ctx.nodes)
+                            if pods.mismatch(g.spec, n, assume_owned=True) is None)
+            if not g.pods or not allowed:
+                continue  # no pods, or selector-matches-node says why
+            template, claim = _channel(g.spec, templates)
+            ask = tuple(sorted((r, v) for r, v in pods.demand(g.spec).items()
+                               if _rule_for(r, ctx.plan)))
+            demands.append(placement.Demand(len(groups), g.pods, allowed, ask, template, claim,
+                                            _host_ports(g, b.engines)))
+            groups.append(g)
+        if not demands:
+            continue
+        for s in placement.shortfalls(demands, ctx.nodes):
+            rule = _family_rule(s.family, ctx.plan)
+            if rule:
+                out.append(_shortfall_finding(s, groups, ctx.nodes, rule, demands))
+    return out
+
+
+def script_ports(ctx: Context) -> list[Finding]:
+    """Launch scripts run where their tray is: two on one node must not bind one port."""
+    out = []
+    by_node: dict[str, list[tuple[Engine, set[int]]]] = {}
+    for e in ctx.scripts:
+        tray = e.file.rsplit("/", 1)[-1].removesuffix(".sh")
+        node = next((t.node_name for t in ctx.plan.hardware.trays if t.id == tray), tray)
+        by_node.setdefault(node, []).append((e, _engine_ports(e)))
+    for node, running in sorted(by_node.items()):
+        for i, (e, ports) in enumerate(running):
+            for other, theirs in running[:i]:
+                both = sorted(ports & theirs)
+                if both:
+                    out.append(Finding("host-ports-per-node", e.file, 1, e.file,
+                                       f"ports of its own on node {node}",
+                                       f"port{'s' if len(both) > 1 else ''} "
+                                       f"{', '.join(map(str, both))}, also bound by {other.file}",
+                                       "set --port and VLLM_NIXL_SIDE_CHANNEL_PORT apart for "
+                                       "each instance on a node"))
+                    break
+    return out
+
+
+# --- connector-env --------------------------------------------------------------------------
+
+_UNREACHABLE = {None, "", "localhost", "127.0.0.1"}
+
+
+def _set(e: Engine, name: str) -> bool:
+    """The variable has a value (from valueFrom counts) that is not a loopback address."""
+    return name in e.env and e.env[name] not in _UNREACHABLE - {None}
+
+
+def _all_engines(ctx: Context) -> list[Engine]:
+    return [e for b in ctx.bundles for e in b.engines] + ctx.scripts
+
+
+def connector_env(ctx: Context) -> list[Finding]:
+    out = []
+    for e in _all_engines(ctx):
+        config = _top_connector(e)
+        names = [c.get("kv_connector") for c in e.connectors()]
+        if "NixlConnector" in names and not _set(e, "VLLM_NIXL_SIDE_CHANNEL_HOST"):
+            filled = e.launcher == "dynamo" and config in ("NixlConnector", "PdConnector")
+            operator = e.group is not None and e.group.multinode and e.launcher == "dynamo" \
+                and e.group.obj.kind == "DynamoGraphDeployment"
+            if not (filled or operator):
+                out.append(Finding("connector-env", e.file, e.line, e.where,
+                                   "VLLM_NIXL_SIDE_CHANNEL_HOST set to an address peers reach",
+                                   f"no VLLM_NIXL_SIDE_CHANNEL_HOST with {config} (vLLM's "
+                                   "default is localhost)",
+                                   "set it from status.podIP (pods) or the node's address "
+                                   "(scripts); Dynamo sets it only for a plain NixlConnector"))
+        if "MooncakeStoreConnector" in names:
+            path = e.env.get("MOONCAKE_CONFIG_PATH") if "MOONCAKE_CONFIG_PATH" in e.env else None
+            if "MOONCAKE_CONFIG_PATH" not in e.env:
+                out.append(Finding("connector-env", e.file, e.line, e.where,
+                                   "MOONCAKE_CONFIG_PATH for the MooncakeStoreConnector",
+                                   "no MOONCAKE_CONFIG_PATH",
+                                   "vLLM's Mooncake store reads its client config from it"))
+            elif e.group is not None and path and not any(
+                    path.startswith(m.rstrip("/") + "/") for m in e.mounts):
+                out.append(Finding("connector-env", e.file, e.line, e.where,
+                                   "MOONCAKE_CONFIG_PATH inside a mounted volume",
+                                   f"{path}, under no volumeMount of the container",
+                                   "mount the Mooncake client ConfigMap there"))
+    return out
+
+
+def _top_connector(e: Engine) -> str | None:
+    text = e.flag("--kv-transfer-config")
+    try:
+        config = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return config.get("kv_connector") if isinstance(config, dict) else None
+
+
+# --- rdma-transport -------------------------------------------------------------------------
+
+_UCX_RDMA = {"rc", "rc_x", "rc_v", "rc_mlx5", "dc", "dc_x", "dc_mlx5", "ud", "ud_x", "ud_v",
+             "ud_mlx5", "ib", "all"}
+
+
+def _mooncake_protocols(files: Mapping[str, str | bytes]) -> set[str]:
+    out = set()
+    for path, text in files.items():
+        if path.startswith("mooncake/clients/") and isinstance(text, str):
+            try:
+                out.add(str(json.loads(text).get("protocol")))
+            except (ValueError, AttributeError):
+                continue
+    return out
+
+
+def _rdma_devices(g: PodGroup, plan: Plan) -> bool:
+    asks = pods.demand(g.spec)
+    return any(_rule_for(r, plan) == "node-rdma-devices" and v > 0 for r, v in asks.items())
+
+
+def _ipc_lock(g: PodGroup) -> bool:
+    return any("IPC_LOCK" in (((c.get("securityContext") or {}).get("capabilities") or {})
+                              .get("add") or []) or (c.get("securityContext") or {})
+               .get("privileged") for c in g.spec.get("containers") or [])
+
+
+def _domains(plan: Plan, role: str) -> set[str]:
+    trays = {t.id: t.nvlink_domain for t in plan.hardware.trays}
+    return {trays[t] for i in plan.instances if i.role == role for t in i.trays}
+
+
+def rdma_transport(ctx: Context) -> list[Finding]:
+    out = []
+    rdma_store = "rdma" in _mooncake_protocols(ctx.files)
+    split = len(_domains(ctx.plan, "prefill") | _domains(ctx.plan, "decode")) > 1
+    for b in ctx.bundles:
+        for e in b.engines:
+            g = e.group
+            names = [c.get("kv_connector") for c in e.connectors()]
+            if g is not None and rdma_store and "MooncakeStoreConnector" in names:
+                missing = [what for what, ok in (("RDMA device request", _rdma_devices(
+                    g, ctx.plan)), ("IPC_LOCK capability", _ipc_lock(g))) if not ok]
+                if missing:
+                    out.append(Finding("rdma-transport", e.file, e.line, e.where,
+                                       "an RDMA device and IPC_LOCK in a pod whose Mooncake "
+                                       "client uses protocol rdma", "no " + " and no ".join(
+                                           missing), "Mooncake registers host memory with "
+                                       "the RDMA NIC; without both the transfer engine fails"))
+    for e in _all_engines(ctx):
+        names = [c.get("kv_connector") for c in e.connectors()]
+        tls = e.env.get("UCX_TLS")
+        if split and "NixlConnector" in names and tls and not \
+                {t.strip() for t in tls.split(",")} & _UCX_RDMA:
+            out.append(Finding("rdma-transport", e.file, e.line, e.where,
+                               "an RDMA transport in UCX_TLS for KV between NVLink domains",
+                               f"UCX_TLS={tls}", "without rc/dc/ud UCX sends the KV cache "
+                               "over TCP"))
+    return out
+
+
+# --- engine-capability ----------------------------------------------------------------------
+
+def _engines_catalog() -> Any:
+    """The pinned engines' capabilities (compiler/catalog/engines/), None where the catalog
+    does not have them."""
+    from compiler import catalog
+
+    return catalog.engines() if hasattr(catalog, "engines") else None
+
+
+def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
+    sizes = facts.vllm.attention.kernel_block_sizes.get(backend)
+    return list(sizes.value) if sizes is not None else None
+
+
+def _expert_format(facts: Any, plan: Plan) -> str:
+    if plan.model.experts_dtype != "fp4":
+        return plan.model.experts_dtype
+    fmt = facts.vllm.moe.fp4_format.get(plan.model.architecture)
+    return fmt.value if fmt is not None else facts.vllm.moe.fp4_format_default.value
+
+
+def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
+    facts = facts if facts is not None else _engines_catalog()
+    out = []
+    worker_blocks = set()
+    for e in _all_engines(ctx):
+        block = _int(e.flag("--block-size"), 0)
+        if block:
+            worker_blocks.add(block)
+        backend = e.flag("--attention-backend")
+        if facts is not None and backend and block:
+            sizes = _kernel_block_sizes(facts, backend)
+            if sizes and not any(block % s == 0 for s in sizes):
+                out.append(Finding("engine-capability", e.file, e.line, e.where,
+                                   f"--block-size a multiple of {backend}'s kernel block "
+                                   f"size{'s' if len(sizes) > 1 else ''} {sizes}",
+                                   f"--block-size {block}", "the attention kernels read KV in "
+                                   "pages of their block size (compiler/catalog/engines/)"))
+        moe = e.flag("--moe-backend")
+        if facts is not None and moe and ctx.plan.model.moe:
+            fmt = _expert_format(facts, ctx.plan)
+            accepts = facts.vllm.moe.accepts.get(fmt)
+            if accepts is not None and moe not in accepts.value:
+                out.append(Finding("engine-capability", e.file, e.line, e.where,
+                                   f"a --moe-backend that loads {fmt} experts "
+                                   f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
+                                   accepts.source))
+        a2a = e.flag("--all2all-backend")
+        if facts is not None and a2a and _spans_trays(e, ctx.plan):
+            need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
+            for key, value in (need.value.items() if need is not None else ()):
+                if e.env.get(key) != value:
+                    out.append(Finding("engine-capability", e.file, e.line, e.where,
+                                       f"{key}={value} for {a2a} across trays",
+                                       f"{key}={e.env.get(key)}", need.source))
+    for b in ctx.bundles:
+        for g in b.groups:
+            for c in g.spec.get("containers") or []:
+                words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+                if "dynamo.frontend" in words and worker_blocks:
+                    given = _int(_after(words, "--kv-cache-block-size"), 0)
+                    if given not in worker_blocks or len(worker_blocks) > 1:
+                        out.append(Finding("engine-capability", g.obj.file,
+                                           g.obj.line_at(g.path), g.where,
+                                           "--kv-cache-block-size equal to the workers' "
+                                           f"--block-size {sorted(worker_blocks)}",
+                                           f"--kv-cache-block-size {given or 'unset (16)'}",
+                                           "the router hashes prompts in blocks of this size "
+                                           "to match the workers' KV events"))
+    return out
+
+
+def _after(words: list[str], flag: str) -> str | None:
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
+def _spans_trays(e: Engine, plan: Plan) -> bool:
+    """The engine's DP group spans trays: more DP ranks than run in this process or pod."""
+    dp = _int(e.flag("--data-parallel-size"), 1)
+    return dp > _local_ranks(e) if e.group is None else \
+        (e.group.multinode or dp > _int(pods.demand(e.group.spec).get(pods.GPU, 0), 0) > 0)
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+RULES: dict[str, str] = {  # rule -> diagnostic code
+    "selector-matches-node": "E821",
+    "dra-channel-per-node": "E822",
+    "node-gpus": "E823",
+    "node-rdma-devices": "E824",
+    "node-cpu": "E825",
+    "node-memory": "E826",
+    "host-ports-per-node": "E827",
+    "connector-env": "E828",
+    "rdma-transport": "E829",
+    "engine-capability": "E830",
+}
+CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
+    selector_matches_node, placement_rules, script_ports, connector_env, rdma_transport,
+    engine_capability)
+# The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
+# when the targets no longer break it on the examples (tests/validate/test_examples.py).
+ENFORCED: frozenset[str] = frozenset({
+    "node-gpus",
+    "node-rdma-devices",
+    "node-cpu",
+    "node-memory",
+})
+
+
+def findings(plan: Plan, files: Mapping[str, str | bytes],
+             only: Iterable[str] | None = None) -> list[Finding]:
+    """Every broken rule of `only` (default: all), each checker run once, in a stable order."""
+    wanted = set(RULES if only is None else only)
+    if not wanted:
+        return []
+    ctx = context(plan, files)
+    out = [f for check_ in CHECKS for f in check_(ctx) if f.rule in wanted]
+    return sorted(set(out), key=lambda f: (f.file, f.line, f.rule, f.where, f.got))
+
+
+def diagnostic(f: Finding) -> Diagnostic:
+    return Diagnostic("error", RULES[f.rule], f.file, f.line, 1, f"[{f.rule}] {f.where}",
+                      f.expected, f.got, f.hint)
+
+
+def check(plan: Plan, files: Mapping[str, str | bytes],
+          only: Iterable[str] | None = None) -> list[Diagnostic]:
+    return [diagnostic(f) for f in findings(plan, files, only)]

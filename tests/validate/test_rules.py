@@ -1,0 +1,386 @@
+"""The controller-level rules: each goes red, naming the rule and the object, when its defect is
+put into a compiled example's bundle, and stays green on the same bundle without it. The edits
+pin pods with `matchFields metadata.name` so that a test does not depend on how the targets
+select nodes today."""
+
+import json
+from fractions import Fraction
+from types import SimpleNamespace
+
+import pytest
+
+from compiler.validate import placement, rules
+from compiler.validate.pods import Node
+
+from .bundles import GB300, HGX, VR, compiled, component, edit, main
+
+DGD = "k8s/dynamo-graph.yaml"
+
+
+def fired(plan, files, rule: str, folder: str = "k8s/") -> list[rules.Finding]:
+    """The findings of a rule in one folder (the tests edit one bundle at a time)."""
+    return [f for f in rules.findings(plan, files, [rule]) if f.file.startswith(folder)]
+
+
+def pin(spec: dict, nodes: list[str]) -> None:
+    """Run the pods on these nodes only, by node name."""
+    spec.pop("nodeSelector", None)
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": nodes}]}]}}}
+
+
+def node_names(plan, count: int) -> list[str]:
+    return [t.node_name for t in plan.hardware.trays if t.available][:count]
+
+
+def prefill(dgd: dict) -> dict:
+    """The prefill component, alone: the other workers scaled to no pods."""
+    for comp in dgd["spec"]["components"]:
+        if comp["type"] not in ("frontend", "prefill"):
+            comp["replicas"] = 0
+    return component(dgd, "prefill")
+
+
+def set_gpus(spec: dict, n: int) -> None:
+    main(spec).setdefault("resources", {}).setdefault("limits", {})["nvidia.com/gpu"] = str(n)
+
+
+# --- dra-channel-per-node -------------------------------------------------------------------
+
+def _channel_pods(plan, files, per_node: int, shared: bool = False) -> None:
+    nodes = node_names(plan, 2)
+
+    def change(dgd: dict) -> None:
+        comp = prefill(dgd)
+        comp["replicas"] = per_node * len(nodes)
+        spec = comp["podTemplate"]["spec"]
+        pin(spec, nodes)
+        set_gpus(spec, 1)
+        [claim] = spec["resourceClaims"]
+        if shared:  # one ResourceClaim for the pods: the DRA allocator puts them on one node
+            claim["resourceClaimName"] = claim.pop("resourceClaimTemplateName")
+    edit(files, DGD, "DynamoGraphDeployment", "", change)
+
+
+@pytest.mark.parametrize("example", [VR, GB300])
+def test_two_pods_per_node_each_claiming_a_channel_stay_pending(example):
+    plan, files = compiled(example)
+    _channel_pods(plan, files, per_node=1)
+    assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
+    _channel_pods(plan, files, per_node=2)
+    [finding] = [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
+    assert finding.where.startswith("DynamoGraphDeployment/") and "components[2]" in finding.where
+    assert "4 channel claims for 2 nodes" in finding.got
+    assert "2 pods would stay Pending" in finding.hint
+    assert rules.diagnostic(finding).render().startswith(
+        f"error[E822] {DGD}:{finding.line}:1 [dra-channel-per-node] DynamoGraphDeployment/")
+
+
+def test_channel_claim_template_must_name_a_compute_domain_channel():
+    """A claim from some other template takes no channel; pods sharing the ComputeDomain's own
+    claim name are not counted per pod."""
+    plan, files = compiled(VR)
+    _channel_pods(plan, files, per_node=2)
+
+    def other_template(dgd: dict) -> None:
+        prefill(dgd)["podTemplate"]["spec"]["resourceClaims"][0][
+            "resourceClaimTemplateName"] = "some-gpu-template"
+    edit(files, DGD, "DynamoGraphDeployment", "", other_template)
+    assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
+
+
+# --- node-gpus, node-memory, node-rdma-devices, node-cpu ------------------------------------
+
+def _sized(plan, files, change_spec) -> None:
+    nodes = node_names(plan, 2)
+
+    def change(dgd: dict) -> None:
+        comp = prefill(dgd)
+        comp["replicas"] = 2
+        spec = comp["podTemplate"]["spec"]
+        pin(spec, nodes)
+        spec.pop("resourceClaims", None)
+        main(spec)["resources"].pop("claims", None)
+        set_gpus(spec, 1)
+        change_spec(spec)
+    edit(files, DGD, "DynamoGraphDeployment", "", change)
+
+
+@pytest.mark.parametrize("example", [VR, HGX])
+def test_gpus_per_node(example):
+    plan, files = compiled(example)
+    per_tray = plan.hardware.gpus_per_tray
+    _sized(plan, files, lambda spec: set_gpus(spec, per_tray))
+    assert not fired(plan, files, "node-gpus")
+    _sized(plan, files, lambda spec: set_gpus(spec, per_tray + 1))
+    [finding] = fired(plan, files, "node-gpus")
+    assert "prefill" in finding.where and "(2 pods)" in finding.where
+    assert f"{2 * (per_tray + 1)} asked" in finding.got and f"offer {2 * per_tray}" in finding.got
+
+
+def test_gpus_of_unavailable_trays_and_gpus_do_not_count():
+    plan, files = compiled(HGX)
+    hw = plan.hardware
+    down = hw.model_copy(update={"unavailable_gpus": [hw.trays[0].gpus[0]]})
+    plan = plan.model_copy(update={"hardware": down})
+    _sized(plan, files, lambda spec: set_gpus(spec, hw.gpus_per_tray))
+    [finding] = fired(plan, files, "node-gpus")
+    assert f"offer {2 * hw.gpus_per_tray - 1}" in finding.got
+
+
+def test_memory_per_node():
+    plan, files = compiled(VR)
+
+    def memory(gib: int):
+        return lambda spec: main(spec)["resources"].setdefault("requests", {}).update(
+            memory=f"{gib}Gi")
+    _sized(plan, files, memory(1000))
+    assert not fired(plan, files, "node-memory")
+    _sized(plan, files, memory(2000))  # a Vera tray has 1397 GiB (catalog)
+    [finding] = fired(plan, files, "node-memory")
+    assert "4000 GiB asked" in finding.got and "offer 2794 GiB" in finding.got
+
+
+def test_rdma_devices_per_node():
+    plan, files = compiled(HGX)
+    per_tray = plan.hardware.rdma_devices_per_tray
+
+    def rdma(n: int):
+        return lambda spec: main(spec)["resources"]["limits"].update({"rdma/ib": str(n)})
+    _sized(plan, files, rdma(per_tray))
+    assert not fired(plan, files, "node-rdma-devices")
+    _sized(plan, files, rdma(per_tray + 1))
+    [finding] = fired(plan, files, "node-rdma-devices")
+    assert "rdma/ib requests" in finding.expected
+
+
+def test_placement_cpu_and_joint_resources():
+    """CPU is checked where the plan carries cores per tray; and a placement can fail on two
+    resources together although each alone fits."""
+    two = [Node(f"n{i}", f"t{i}", {}, {"cpu": Fraction(8), "nvidia.com/gpu": Fraction(4)})
+           for i in range(2)]
+    fits = placement.Demand(0, 2, (0, 1), (("cpu", Fraction(6)),))
+    assert placement.shortfalls([fits], two) == []
+    [short] = placement.shortfalls([placement.Demand(0, 3, (0, 1), (("cpu", Fraction(6)),))],
+                                   two)
+    assert (short.family, short.asked, short.offered) == ("resource:cpu", 18, 16)
+    # 2 pods of (5 CPU, 1 GPU) and 2 of (1 CPU, 3 GPU): each resource fits in sum, not per node
+    a = placement.Demand(0, 2, (0, 1), (("cpu", Fraction(5)), ("nvidia.com/gpu", Fraction(1))))
+    b = placement.Demand(1, 3, (0, 1), (("cpu", Fraction(1)), ("nvidia.com/gpu", Fraction(2))))
+    assert placement.shortfalls([a, b], two) != []
+
+
+# --- host-ports-per-node --------------------------------------------------------------------
+
+SCRIPT = """#!/bin/sh
+export VLLM_NIXL_SIDE_CHANNEL_HOST={node}
+{port_env}exec vllm serve m \\
+  --data-parallel-size 2 \\
+  --port {port} \\
+  --kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'
+"""
+
+
+def _scripts(plan, files, second_port: int, second_nixl: int | None) -> None:
+    for path in [p for p in files if p.startswith("vllm/")]:
+        del files[path]
+    tray = plan.hardware.trays[0]
+    env = "export CUDA_VISIBLE_DEVICES=0,1\n"
+    files[f"vllm/a-00/{tray.id}.sh"] = SCRIPT.format(node=tray.node_name, port=8000,
+                                                     port_env=env)
+    nixl = f"export VLLM_NIXL_SIDE_CHANNEL_PORT={second_nixl}\n" if second_nixl else ""
+    files[f"vllm/b-00/{tray.id}.sh"] = SCRIPT.format(node=tray.node_name, port=second_port,
+                                                     port_env=env + nixl)
+
+
+def test_launch_scripts_on_one_node_bind_distinct_ports():
+    plan, files = compiled(VR)
+    _scripts(plan, files, 8100, 5700)
+    assert not fired(plan, files, "host-ports-per-node", "vllm/")
+    _scripts(plan, files, 8100, 5601)  # the first binds NIXL 5600 and 5601 (two DP ranks)
+    [finding] = fired(plan, files, "host-ports-per-node", "vllm/")
+    assert finding.file.startswith("vllm/b-00/") and "port 5601, also bound by vllm/a-00" \
+        in finding.got
+    _scripts(plan, files, 8000, None)
+    [finding] = fired(plan, files, "host-ports-per-node", "vllm/")
+    assert "ports 5600, 5601, 8000" in finding.got
+
+
+def test_host_network_pods_on_one_node_bind_distinct_ports():
+    plan, files = compiled(HGX)
+    _sized(plan, files, lambda spec: spec.update(hostNetwork=False))
+    assert not fired(plan, files, "host-ports-per-node")
+    node = node_names(plan, 1)
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), pin(spec, node)))
+    [finding] = fired(plan, files, "host-ports-per-node")
+    assert "prefill" in finding.where and "bound once per node" in finding.expected
+
+
+# --- selector-matches-node ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("selector", "why"), [
+    ({"nodeSelector": {"nvidia.com/gpu.clique": "vr-a"}}, "not a value GPU Feature Discovery"),
+    ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-Rubin"}}, "GPU Feature Discovery"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["vr-a-r0-t00"]}]}]}}}},
+     "need not be the node name"),
+    ({"nodeSelector": {"kubernetes.io/arch": "amd64"}}, "node_labels are the labels"),
+])
+def test_selectors_must_match_a_node_of_the_manifest(selector, why):
+    plan, files = compiled(VR)
+    _sized(plan, files, lambda spec: None)
+    assert not [f for f in fired(plan, files, "selector-matches-node") if "prefill" in f.where]
+    _sized(plan, files, lambda spec: (spec.pop("affinity"), spec.update(selector)))
+    [finding] = [f for f in fired(plan, files, "selector-matches-node") if "prefill" in f.where]
+    assert finding.where.startswith("DynamoGraphDeployment/") and why in finding.hint
+
+
+def test_node_labels_of_the_manifest_match():
+    plan, files = compiled(HGX)
+    plan = plan.model_copy(update={"hardware": plan.hardware.model_copy(update={
+        "node_labels": {"example.com/pool": "serving"}})})
+    _sized(plan, files, lambda spec: spec.update(nodeSelector={"example.com/pool": "serving"}))
+    assert not fired(plan, files, "selector-matches-node")
+
+
+# --- connector-env --------------------------------------------------------------------------
+
+def _env(spec: dict) -> list[dict]:
+    return main(spec).setdefault("env", [])
+
+
+def _without(spec: dict, name: str) -> None:
+    main(spec)["env"] = [e for e in _env(spec) if e["name"] != name]
+
+
+def test_single_node_worker_with_multiconnector_needs_nixl_host():
+    plan, files = compiled(HGX)
+    host = {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    _sized(plan, files, lambda spec: (_without(spec, host["name"]), _env(spec).append(host)))
+    assert not [f for f in fired(plan, files, "connector-env") if "prefill" in f.where]
+    _sized(plan, files, lambda spec: _without(spec, host["name"]))
+    [finding] = [f for f in fired(plan, files, "connector-env") if "prefill" in f.where]
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in finding.expected and "MultiConnector" in finding.got
+    assert ".containers[0] (prefill" in finding.where
+
+
+def test_mooncake_store_needs_its_config_path_in_a_mounted_folder():
+    plan, files = compiled(HGX)
+    _sized(plan, files, lambda spec: _without(spec, "MOONCAKE_CONFIG_PATH"))
+    assert any("no MOONCAKE_CONFIG_PATH" in f.got for f in fired(plan, files, "connector-env"))
+    plan, files = compiled(HGX)
+    _sized(plan, files, lambda spec: main(spec).pop("volumeMounts", None))
+    assert any("under no volumeMount" in f.got for f in fired(plan, files, "connector-env"))
+
+
+# --- rdma-transport -------------------------------------------------------------------------
+
+def test_mooncake_rdma_needs_a_device_and_ipc_lock():
+    plan, files = compiled(HGX)
+    assert any(json.loads(t)["protocol"] == "rdma" for p, t in files.items()
+               if p.startswith("mooncake/clients/"))
+
+    def fit(spec: dict) -> None:
+        main(spec)["resources"]["limits"]["rdma/ib"] = "1"
+        main(spec)["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    _sized(plan, files, fit)
+    assert not [f for f in fired(plan, files, "rdma-transport") if "prefill" in f.where]
+    plan, files = compiled(HGX)
+    _sized(plan, files, lambda spec: None)
+    [finding] = [f for f in fired(plan, files, "rdma-transport") if "prefill" in f.where]
+    assert finding.got == "no RDMA device request and no IPC_LOCK capability"
+
+
+def test_kv_between_nvlink_domains_needs_an_rdma_transport():
+    plan, files = compiled(HGX)  # prefill and decode on two nodes: two NVLink domains
+
+    def tls(value: str):
+        return lambda spec: (_without(spec, "UCX_TLS"),
+                             _env(spec).append({"name": "UCX_TLS", "value": value}))
+    _sized(plan, files, tls("rc,cuda_copy,cuda_ipc"))
+    assert not [f for f in fired(plan, files, "rdma-transport") if "UCX_TLS" in f.got]
+    _sized(plan, files, tls("cuda_copy,cuda_ipc,tcp"))
+    [finding] = [f for f in fired(plan, files, "rdma-transport") if "UCX_TLS" in f.got]
+    assert "prefill" in finding.where
+
+
+# --- engine-capability ----------------------------------------------------------------------
+
+def _fact(value):
+    return SimpleNamespace(value=value, source="test fact")
+
+
+FACTS = SimpleNamespace(vllm=SimpleNamespace(
+    attention=SimpleNamespace(kernel_block_sizes={"FLASHINFER_MLA_SPARSE_DSV41": _fact([128])}),
+    moe=SimpleNamespace(fp4_format={"DeepseekV41ForCausalLM": _fact("mxfp4")},
+                        fp4_format_default=_fact("nvfp4"),
+                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])}),
+    all2all=SimpleNamespace(multi_node_nvlink_env={
+        "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})))
+
+
+def _flags(spec: dict, **flags: str) -> None:
+    args = main(spec)["args"]
+    for flag, value in flags.items():
+        name = "--" + flag.replace("_", "-")
+        if name in args:
+            args[args.index(name) + 1] = value
+        else:
+            args += [name, value]
+
+
+def _engine(plan, files, block: str, moe: str, frontend_block: str, mnnvl: bool) -> list:
+    def change(dgd: dict) -> None:
+        for comp in dgd["spec"]["components"]:
+            spec = comp["podTemplate"]["spec"]
+            if comp["type"] == "frontend":
+                _flags(spec, kv_cache_block_size=frontend_block)
+                continue
+            _flags(spec, block_size=block, moe_backend=moe,
+                   attention_backend="FLASHINFER_MLA_SPARSE_DSV41")
+            _without(spec, "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL")
+            if mnnvl:
+                _env(spec).append({"name": "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL", "value": "1"})
+    edit(files, DGD, "DynamoGraphDeployment", "", change)
+    ctx = rules.context(plan, {p: t for p, t in files.items() if p.startswith("k8s/")})
+    return rules.engine_capability(ctx, FACTS)
+
+
+def test_engine_capabilities():
+    plan, files = compiled(VR)
+    assert plan.model.experts_dtype == "fp4"
+    assert _engine(plan, files, "256", "marlin", "256", mnnvl=True) == []
+    found = _engine(plan, files, "64", "flashinfer_cutedsl", "128", mnnvl=False)
+    assert {f.rule for f in found} == {"engine-capability"}
+    text = [f.got for f in found]
+    assert "--block-size 64" in text and "--moe-backend flashinfer_cutedsl" in text
+    assert "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=None" in text  # the DEP32 decode spans trays
+    assert "--kv-cache-block-size 128" in text
+    decode = [f for f in found if "MNNVL" in f.got]
+    assert all("decode" in f.where or "components[1]" in f.where for f in decode), decode
+
+
+def test_engine_capability_reads_the_catalog_when_it_has_engines():
+    from compiler import catalog
+
+    if not hasattr(catalog, "engines"):
+        pytest.skip("compiler/catalog/engines/ is not in this tree yet")
+    plan, files = compiled(VR)
+    ctx = rules.context(plan, files)
+    assert rules.engine_capability(ctx) == rules.engine_capability(ctx, catalog.engines())
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+def test_every_rule_has_a_code_and_enforced_rules_exist():
+    assert set(rules.RULES) >= rules.ENFORCED
+    assert len(set(rules.RULES.values())) == len(rules.RULES)
+
+
+@pytest.mark.parametrize("example", [VR, GB300, HGX])
+def test_compiled_examples_break_no_enforced_rule(example):
+    plan, files = compiled(example)
+    assert rules.check(plan, files, rules.ENFORCED) == []
