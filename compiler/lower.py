@@ -127,14 +127,20 @@ def _engram(inputs: Inputs, model: ModelInfo, instances: list[Instance],
     return out
 
 
-def _pool(inputs: Inputs, instances: list[Instance], memory: dict[str, DomainMemory]) -> KvPool:
+def _pool(inputs: Inputs, hardware: Hardware, model: ModelInfo, instances: list[Instance],
+          engram: list[EngramShard], memory: dict[str, DomainMemory]) -> KvPool:
+    """A DRAM segment per tray running engines: the deployment's share of the tray, at most
+    what its pods leave free (compiler.site)."""
     cfg = inputs.deployment.spec.serving.kv_pool
     if not cfg or not cfg.dram:
         return KvPool(enabled=False, segments=[], total_gib=0.0)
     dram = inputs.hardware.spec.dram_gib_per_tray or inputs.system.tray.dram_gib.value
+    fixed = site.pinned_besides_pool_gib(inputs.deployment.spec.site, hardware, model, instances,
+                                         engram, inputs.deployment.spec.serving.engram_placement,
+                                         True, dram)
     trays = sorted({t for i in instances for t in i.trays}, key=graph._natural)
-    segs = [PoolSegment(kind="dram", location=t, gib=round(dram * cfg.dram_fraction, 3))
-            for t in trays]
+    segs = [PoolSegment(kind="dram", location=t, gib=math.floor(1000 * max(
+        0.0, min(dram * cfg.dram_fraction, dram - fixed[t]))) / 1000) for t in trays]
     if cfg.hbm:
         segs += [PoolSegment(kind="hbm", location=d, gib=m.pool_gib)
                  for d, m in memory.items() if m.pool_gib > 0]
@@ -148,7 +154,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
     memory = _memory(sol, instances, g)
     hardware = _hardware(inputs, g)
     engram = _engram(inputs, model, instances, g)
-    kv_pool = _pool(inputs, instances, memory)
+    kv_pool = _pool(inputs, hardware, model, instances, engram, memory)
     routing = inputs.deployment.spec.serving.routing
     c, p = sol.counts, sol.placement
     both_optimal = c.status == "OPTIMAL" and p.status == "OPTIMAL"

@@ -45,6 +45,7 @@ GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
 ENGINE_START_S = 600
 MOONCAKE_LOCAL_BUFFER_BYTES = 4 * GIB  # vllm/distributed/mooncake_store.py default
+OS_RESERVE_FRACTION = 0.05  # assumed: a tray's DRAM left to the OS and the kubelet
 DEFAULT_CACHE_DIR = "/var/cache/rackc/huggingface"
 # assumed: the frontend tokenizes every request (long agentic prompts), the master keeps only
 # object metadata in memory.
@@ -96,6 +97,22 @@ def engram_host_gib(model: ModelInfo, instance: Instance, shards: list[EngramSha
     if placement == "hbm" and any(s.group == instance.id for s in shards):
         return 0.0
     return round(model.engram_tables * model.engram_table_bytes / GIB, 3)
+
+
+def pinned_besides_pool_gib(cfg: spec.Site, hardware: Hardware, model: ModelInfo,
+                            instances: list[Instance], shards: list[EngramShard],
+                            placement: str, pool: bool, dram_gib: float) -> dict[str, float]:
+    """Tray -> what stays off the pool's DRAM segment: the OS reserve and what its engine pods
+    pin besides their segments (processes, staging buffers, host Engram, /dev/shm). The segment
+    gets at most the rest, so that the pods' memory requests fit the tray."""
+    buffer = MOONCAKE_LOCAL_BUFFER_BYTES / GIB if pool else 0.0
+    out: dict[str, float] = {}
+    for i in instances:
+        size = _pod(cfg, hardware, model, i, shards, placement, {}).resources
+        for t in i.trays:
+            out[t] = out.get(t, OS_RESERVE_FRACTION * dram_gib) + size.memory_gib \
+                + _ranks_on(i, hardware, t) * buffer
+    return dict(sorted(out.items()))
 
 
 def _pod(cfg: spec.Site, hardware: Hardware, model: ModelInfo, instance: Instance,
