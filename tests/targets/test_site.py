@@ -416,3 +416,15 @@ def test_defect_21_no_deprecated_router_flag_at_its_default(case):
     args = main_of(frontend["podTemplate"])["args"]
     assert "--router-kv-overlap-score-credit" not in args
     assert frontend["podTemplate"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("fixture")))
+def test_memory_requests_of_a_tray_fit_its_dram(case):
+    """Compiled plans: the pool segment takes what the pods leave, so they fit the node."""
+    plan = plan_of(case)
+    dram = catalog.system(plan.hardware.system).tray.dram_gib.value
+    per_tray = Counter()
+    for pod in plan.site.pods:
+        for t in plan.instance(pod.instance).trays:
+            per_tray[t] += pod.resources.memory_gib
+    assert max(per_tray.values()) <= dram
