@@ -4,21 +4,19 @@
 import itertools
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from compiler import arch, graph
-from compiler.decisions import decisions
-from compiler.site import decisions as site_decisions
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
-from compiler.perf.predict import Layout, curve, predict_layout, prediction_json, workload
-from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, dump_plan, load_plan
-from compiler.precheck import kv_dtype, precheck
+from compiler.perf.predict import Layout, curve, predict_layout, workload
+from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
+from compiler.precheck import precheck
 from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
@@ -48,7 +46,8 @@ def check(deployment: Path) -> dict:
         "nvlink_domains": len(graph.nvlink_domains(g)),
         "model": inputs.model_name,
         "weights_gib": round(arch.weight_bytes(inputs.model.spec) / arch.GIB, 2),
-        "kv_bytes_per_token": arch.kv_bytes_per_token(inputs.model.spec, kv_dtype(inputs)),
+        "kv_bytes_per_token": arch.kv_bytes_per_token(inputs.model.spec,
+                                                      inputs.resolved.kv_cache_dtype.value),
         "shapes": [f.to_dict() for f in pre.fits],
         "diagnostics": [d.to_dict() for d in pre.diagnostics],
     }
@@ -99,8 +98,10 @@ def diff_plans(a: Plan, b: Plan) -> list[str]:
     for key in sorted(set(a.memory) | set(b.memory)):
         if a.memory.get(key) != b.memory.get(key):
             out.append(f"~ memory.{key}: {_mem(a.memory.get(key))} -> {_mem(b.memory.get(key))}")
-    for key, va in a.predicted.items():
-        vb = b.predicted.get(key)
+    pa = a.predicted.model_dump() if a.predicted else {}
+    pb = b.predicted.model_dump() if b.predicted else {}
+    for key, va in pa.items():
+        vb = pb.get(key)
         if isinstance(va, int | float) and va != vb:
             out.append(f"~ predicted.{key}: {va} -> {vb}")
     if a.solver.status != b.solver.status or a.solver.objective != b.solver.objective:
@@ -134,17 +135,18 @@ def layouts(instances: list[Instance]) -> list[Layout]:
             for (role, shape, batch, tokens), n in sorted(counts.items())]
 
 
-def predicted(inputs: Inputs, instances: list[Instance], goodput: float | None) -> dict:
+def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
     """Metrics at the operating point: in throughput mode, unless the user fixed the
-    concurrency, demand is unbounded and admission stops at the SLO goodput."""
-    groups = layouts(instances)
+    concurrency, demand is unbounded and admission stops at the SLO goodput. The prefix cache
+    is the plan's pool (its DRAM segments after the host budget)."""
+    groups = layouts(plan.instances)
     w = workload(inputs)
     if inputs.deployment.spec.objective.mode == "throughput" and \
             inputs.deployment.spec.workload.concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
-    data = prediction_json(predict_layout(inputs, groups, w, max_requests_per_s=goodput))
-    data["curve"] = curve(inputs, groups)
-    return data
+    pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
+    p = predict_layout(inputs, groups, w, max_requests_per_s=goodput, pool_gib=pool)
+    return Predicted(**asdict(p), curve=curve(inputs, groups, pool_gib=pool))
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
@@ -161,12 +163,10 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["loaded"] = time.perf_counter()
     sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
-    draft = lower(inputs, g, sol, {}, [])
+    draft = lower(inputs, g, sol)
     plan = draft.model_copy(update={
-        "predicted": predicted(inputs, draft.instances, None if sol.problem.mode == "pinned"
-                               else sol.counts.objective),
-        "decisions": sorted(decisions(inputs, sol, draft.instances)
-                            + site_decisions(inputs, draft.site), key=lambda d: d.path)})
+        "predicted": predicted(inputs, draft, None if sol.problem.mode == "pinned"
+                               else sol.counts.objective)})
     clock["planned"] = time.perf_counter()
     artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:

@@ -165,8 +165,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     plan = result.plan
     if args.format == "json":
         _print_json({"out": args.output, "files": sorted(result.artifacts),
-                     "solver": plan.solver.model_dump(), "predicted": {
-                         k: v for k, v in plan.predicted.items() if k != "curve"}})
+                     "solver": plan.solver.model_dump(),
+                     "predicted": plan.predicted.model_dump(mode="json", exclude={"curve"})})
         return 0
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
@@ -174,8 +174,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for i in plan.instances:
         print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
     p = plan.predicted
-    print(f"predicted: {p['tokens_per_s_per_user_p90']:g} tokens/s per user (P90), "
-          f"TTFT P90 {p['ttft_ms_p90']:g} ms, {p['total_tokens_per_s_per_gpu']:g} tokens/s per "
+    print(f"predicted: {p.tokens_per_s_per_user_p90:g} tokens/s per user (P90), "
+          f"TTFT P90 {p.ttft_ms_p90:g} ms, {p.total_tokens_per_s_per_gpu:g} tokens/s per "
           f"GPU; wrote {len(result.artifacts)} files to {args.output}")
     return 0
 
@@ -202,7 +202,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = result.plan.predicted
+    p = result.plan.predicted.model_dump(mode="json")
     if args.format == "json":
         _print_json(p)
         return 0

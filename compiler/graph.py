@@ -37,8 +37,8 @@ def build_graph(inputs: Inputs) -> nx.Graph:
     racks, trays = layout(inputs.hardware, system)
     down_trays = set(spec.unavailable.trays)
     down_gpus = set(spec.unavailable.gpus)
-    nic_gbps = spec.nic_gbps_per_gpu or system.tray.nic_gbps_per_gpu.value
-    dram = spec.dram_gib_per_tray or system.tray.dram_gib.value
+    nic_gbps = inputs.resolved.nic_gbps_per_gpu.value
+    dram = inputs.resolved.dram_gib_per_tray.value
     g = nx.Graph(system=system.name, racks=racks, trays_per_rack=trays, form=system.form)
     g.add_node(RDMA, kind="fabric", link="rdma")
     for r in range(racks):

@@ -13,6 +13,7 @@ from pathlib import Path
 from compiler import catalog
 from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
+from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
@@ -31,7 +32,7 @@ class Inputs:
     system: System
     profile: Profile
     sources: dict[str, SourceMap]  # "deployment" | "hardware" | "model" -> its source map
-    digest: str  # sha256 over the input texts, for the plan's header
+    resolved: Resolved  # every default and catalog choice (compiler.resolve)
     files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
 
     @property
@@ -111,11 +112,24 @@ def load_inputs(deployment_path: Path) -> Inputs:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
+    resolved = resolve(dep, hardware, model, system, sources, digest)
+    _check_block_size(dep, resolved, dsrc)
     model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     return Inputs(dep, hardware, model, system, catalog.workload(dep.spec.workload.profile),
-                  sources, digest, files)
+                  sources, resolved, files)
+
+
+def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> None:
+    block = dep.spec.serving.block_size
+    problem = None if block is None else kernel_block_problem(
+        resolved.attention_backend.value, block)
+    if problem:
+        raise CompileError([_diag(src, ("spec", "serving", "block_size"), "E105",
+                                  "a multiple of the attention kernel block", str(block),
+                                  f"{problem}; leave block_size out to take "
+                                  f"{resolved.attention_backend.value}'s")])
 
 
 def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[Diagnostic],

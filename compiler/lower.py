@@ -1,16 +1,18 @@
 """Pass 5: lower a solution to the canonical Plan IR (ids, memory map, Engram shards, pool)."""
 
-import math
-
 import networkx as nx
 
 from compiler import arch, graph, site
+from compiler.decisions import decisions
+from compiler.host_memory import host_memory
 from compiler.load import Inputs
+from compiler.memory import all2all_of
 from compiler.plan import (
     Decision,
     DomainMemory,
     EngramShard,
     Hardware,
+    HostMemory,
     Instance,
     KvPool,
     ModelInfo,
@@ -22,9 +24,9 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
-from compiler.precheck import kv_dtype, max_model_len
+from compiler.resolve import Choice, is_multi_node_nvlink
+from compiler.shapes import Shape
 from compiler.solve import Solution
-from compiler.solve.memory_map import total_gib
 from compiler.solve.place import gpu_index
 
 
@@ -39,7 +41,7 @@ def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
         arch=system.arch,
         gpus_per_tray=system.gpus_per_tray, domains_per_gpu=system.domains_per_gpu,
         hbm_gib_per_gpu=system.gpu.hbm_gib.value,
-        rdma_devices_per_tray=spec.rdma_devices_per_tray or system.gpus_per_tray,
+        rdma_devices_per_tray=inputs.resolved.rdma_devices_per_tray.value,
         node_labels=dict(sorted(spec.node_labels.items())), trays=trays,
         unavailable_gpus=sorted(set(graph.gpus(g)) - set(graph.available_gpus(g)),
                                 key=graph._natural))
@@ -50,39 +52,72 @@ def _model(inputs: Inputs) -> ModelInfo:
     return ModelInfo(
         name=inputs.model_name, hf_id=m.hf_id, architecture=m.architecture,
         attention=m.attention.kind, sparse_attention=m.attention.indexer is not None,
-        weights_dtype=m.dtypes.weights, experts_dtype=m.dtypes.experts, moe=m.moe is not None,
+        weights_dtype=m.dtypes.weights, experts_dtype=m.dtypes.experts,
+        expert_format=inputs.resolved.expert_format.value, moe=m.moe is not None,
         experts=m.moe.experts if m.moe else 0, engram_tables=m.engram.tables if m.engram else 0,
         engram_table_bytes=round(m.engram.table_gib * arch.GIB) if m.engram else 0)
 
 
 def _serving(inputs: Inputs) -> Serving:
-    d = inputs.deployment
+    d, r = inputs.deployment, inputs.resolved
     s = d.spec.serving
     spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
                        acceptance=s.speculative.acceptance) if s.speculative else None
     return Serving(name=d.metadata.name, namespace=s.namespace,
-                   vllm_version=s.vllm_version, kv_cache_dtype=kv_dtype(inputs), block_size=s.block_size,
-                   max_model_len=max_model_len(inputs), speculative=spec,
-                   engram_placement=s.engram_placement)
+                   vllm_version=s.vllm_version,
+                   kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
+                   max_model_len=r.max_model_len.value,
+                   attention_backend=r.attention_backend.value,
+                   linear_backend=r.linear_backend.value, speculative=spec,
+                   engram_placement=r.engram_placement.value)
 
 
-def _instances(sol: Solution, g: nx.Graph) -> list[Instance]:
+def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, list[Choice]]:
+    """The engine choices of one instance (compiler.resolve), and their decisions."""
+    r = inputs.resolved
+    multi = is_multi_node_nvlink(inputs.system, trays)
+    a2a = all2all_of(inputs, role, shape)
+    choices = []
+    env: dict[str, str] = {}
+    if a2a is not None:
+        choices.append(r.all2all(role, trays, multi))
+        env_choice = r.all2all_env(a2a, trays, multi)
+        env = env_choice.value
+        if env:
+            choices.append(env_choice)
+    moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family, a2a)
+    if moe.value is not None:
+        choices.append(moe)
+    engram = r.engram_prefill if role == "prefill" else r.engram_decode
+    connectors = r.kv_connectors(role)
+    fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
+              "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
+              "connector_env": r.connector_env(connectors.value)}
+    return fields, [*choices, connectors]
+
+
+def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
+               ) -> tuple[list[Instance], list[Decision]]:
     index = gpu_index(sol.problem)
     rows = sorted(zip(sol.wanted, sol.candidates, sol.placement.gpus, strict=True),
                   key=lambda r: (r[0].role, index[r[2][0]]))
-    out, counter = [], {}
+    out, made, counter = [], [], {}
     for w, c, gpus in rows:
         k = counter.get(w.role, 0)
         counter[w.role] = k + 1
         need = w.need
-        util = math.floor(100 * total_gib(need) / need.capacity_gib) / 100
+        util = round(100 * (need.capacity_gib - need.reserved_gib) / need.capacity_gib) / 100
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
-        out.append(Instance(id=f"{w.role}-{k:02d}", role=w.role, shape=w.shape.name,
+        iid = f"{w.role}-{k:02d}"
+        fields, choices = _engine(inputs, w.role, w.shape, len(trays))
+        out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
                             tp=w.shape.tp, max_batch=c.max_batch,
                             max_batched_tokens=c.max_batched_tokens,
-                            gpu_memory_utilization=util))
-    return out
+                            gpu_memory_utilization=util, **fields))
+        made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})
+                 for ch in choices]
+    return out, made
 
 
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
@@ -113,70 +148,67 @@ def _shards(model: ModelInfo, domains: list[str], group: str) -> list[EngramShar
     return out
 
 
-def _engram(inputs: Inputs, model: ModelInfo, instances: list[Instance],
-            g: nx.Graph) -> list[EngramShard]:
-    if not model.engram_tables or inputs.deployment.spec.serving.engram_placement != "hbm":
+def _engram(model: ModelInfo, instances: list[Instance], g: nx.Graph) -> list[EngramShard]:
+    """HBM shards only: prefill's peer group (when the engine shares tables across instances)
+    and each other instance's own ranks. Tables read from host memory have no shards."""
+    if not model.engram_tables:
         return []
-    prefill = [d for i in instances if i.role == "prefill" for x in i.gpus
-               for d in graph.domains_of_gpu(g, x)]
+    prefill = [d for i in instances if i.role == "prefill" and i.engram == "hbm"
+               for x in i.gpus for d in graph.domains_of_gpu(g, x)]
     out = _shards(model, prefill, "prefill") if prefill else []
     for inst in instances:
-        if inst.role != "prefill":
+        if inst.role != "prefill" and inst.engram == "hbm":
             doms = [d for x in inst.gpus for d in graph.domains_of_gpu(g, x)]
             out += _shards(model, doms, inst.id)
     return out
 
 
-def _pool(inputs: Inputs, hardware: Hardware, model: ModelInfo, instances: list[Instance],
-          engram: list[EngramShard], memory: dict[str, DomainMemory]) -> KvPool:
-    """A DRAM segment per tray running engines: the deployment's share of the tray, at most
-    what its pods leave free (compiler.site)."""
-    cfg = inputs.deployment.spec.serving.kv_pool
-    if not cfg or not cfg.dram:
+def _pool(inputs: Inputs, host: dict[str, HostMemory],
+          memory: dict[str, DomainMemory]) -> KvPool:
+    """One DRAM segment per tray running engines (its size from the host budget), plus the
+    prefill ranks' spare HBM where the store can take HBM segments (compiler.resolve)."""
+    r = inputs.resolved
+    if not r.kv_pool_dram.value:
         return KvPool(enabled=False, segments=[], total_gib=0.0)
-    dram = inputs.hardware.spec.dram_gib_per_tray or inputs.system.tray.dram_gib.value
-    fixed = site.pinned_besides_pool_gib(inputs.deployment.spec.site, hardware, model, instances,
-                                         engram, inputs.deployment.spec.serving.engram_placement,
-                                         True, dram)
-    trays = sorted({t for i in instances for t in i.trays}, key=graph._natural)
-    segs = [PoolSegment(kind="dram", location=t, gib=math.floor(1000 * max(
-        0.0, min(dram * cfg.dram_fraction, dram - fixed[t]))) / 1000) for t in trays]
-    if cfg.hbm:
+    trays = sorted(host, key=graph._natural)
+    segs = [PoolSegment(kind="dram", location=t, gib=host[t].pool_gib) for t in trays]
+    if r.kv_pool_hbm.value:
         segs += [PoolSegment(kind="hbm", location=d, gib=m.pool_gib)
                  for d, m in memory.items() if m.pool_gib > 0]
     return KvPool(enabled=True, segments=segs, total_gib=round(sum(s.gib for s in segs), 3))
 
 
-def lower(inputs: Inputs, g: nx.Graph, sol: Solution, predicted: dict,
-          decisions: list[Decision]) -> Plan:
+def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
+    """The plan without predictions (the perf model reads the plan's pool)."""
     model = _model(inputs)
-    instances = _instances(sol, g)
+    instances, made = _instances(inputs, sol, g)
     memory = _memory(sol, instances, g)
     hardware = _hardware(inputs, g)
-    engram = _engram(inputs, model, instances, g)
-    kv_pool = _pool(inputs, hardware, model, instances, engram, memory)
+    host, trimmed = host_memory(inputs, instances)
+    kv_pool = _pool(inputs, host, memory)
+    site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
+                                instances, kv_pool, inputs.resolved.host)
     routing = inputs.deployment.spec.serving.routing
     c, p = sol.counts, sol.placement
     both_optimal = c.status == "OPTIMAL" and p.status == "OPTIMAL"
     return Plan(
-        inputs_digest=inputs.digest,
+        inputs_digest=inputs.resolved.digest,
         hardware=hardware,
         model=model,
         serving=_serving(inputs),
         instances=instances,
         memory=memory,
-        engram_shards=engram,
+        host_memory=host,
+        engram_shards=_engram(model, instances, g),
         kv_pool=kv_pool,
         routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
-                        block_size=inputs.deployment.spec.serving.block_size),
+                        block_size=inputs.resolved.block_size.value),
         solver=SolverInfo(status="OPTIMAL" if both_optimal else "FEASIBLE",
                           objective=round(c.objective, 3), bound=round(c.bound, 3),
                           seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3)),
-        predicted=predicted,
-        decisions=decisions,
-        site=site.lower_site(inputs.deployment.spec.site, site.checkpoint_bytes(inputs.model.spec),
-                             hardware,
-                             model, instances, kv_pool, engram,
-                             inputs.deployment.spec.serving.engram_placement),
+        predicted=None,
+        decisions=sorted(decisions(inputs, sol, instances, made + trimmed)
+                         + site.decisions(inputs, site_plan), key=lambda d: d.path),
+        site=site_plan,
         parsers=site.parsers(inputs.model_name),
     )

@@ -1,37 +1,72 @@
-"""What one GPU of an engine shape must hold: weights, KV, Engram share, workspace (GiB).
+"""The memory budget of one GPU of an engine shape (GiB): the single rule precheck, the solver,
+the memory map, the perf model and the targets share.
 
-Expert weights and the LM head are split die-local by output columns, so on a GPU with several
-memory domains each domain holds an equal share (SYSTEM.md, memory placement).
+vLLM 0.33 sizes its KV cache inside `--gpu-memory-utilization x HBM`, a budget that must fit in
+the memory free when the worker takes its snapshot (after CUDA and NCCL are up), and NIXL
+registers after the profile run; so those stay outside (`reserved_gib`). Inside: weights, the
+Engram shard when in HBM, the workspace (activations, DeepEP buffers, vLLM's 150 MiB margin),
+then KV. Expert weights and the LM head are split die-local by output columns, so on a GPU with
+several memory domains each domain holds an equal share (SYSTEM.md, memory placement).
 """
 
+import math
 from dataclasses import dataclass
 
 from compiler import arch
-from compiler.catalog.system import System
+from compiler.resolve import is_multi_node_nvlink, nodes_of
 from compiler.shapes import Shape
 from schemas.model import ModelSpec
 
 GIB = arch.GIB
 ACTIVATION_TOKENS = 8192  # tokens per forward pass the workspace is sized for (assumed)
 ACTIVATION_COPIES = 12  # live hidden-sized buffers per token in a layer (assumed)
-HEADROOM_GIB = 1.0  # assumed: left unallocated per GPU for fragmentation and CUDA context
 
 
 @dataclass(frozen=True)
-class GpuMemory:
+class GpuBudget:
+    capacity_gib: float
+    reserved_gib: float  # outside the engine's budget
     weights_gib: float
-    kv_min_gib: float
     engram_gib: float
     workspace_gib: float
+    kv_min_gib: float  # one maximum-length request
+    pool_in_hbm: bool  # the spare HBM is lent to the KV pool instead of the KV cache
+
+    @property
+    def utilization(self) -> float:
+        """`--gpu-memory-utilization`: what is not reserved, rounded down to 2 decimals."""
+        return math.floor(100 * (self.capacity_gib - self.reserved_gib) / self.capacity_gib
+                          + 1e-9) / 100
+
+    @property
+    def budget_gib(self) -> float:
+        return self.utilization * self.capacity_gib
+
+    @property
+    def spare_gib(self) -> float:
+        """Budget left beyond weights, Engram, workspace and one maximum-length request."""
+        return self.budget_gib - self.weights_gib - self.engram_gib - self.workspace_gib \
+            - self.kv_min_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.spare_gib >= 0
+
+    @property
+    def pool_gib(self) -> float:
+        return max(0.0, self.spare_gib) if self.pool_in_hbm else 0.0
+
+    @property
+    def kv_gib(self) -> float:
+        """The KV cache: everything left in the budget (less what the HBM pool takes)."""
+        return self.budget_gib - self.weights_gib - self.engram_gib - self.workspace_gib \
+            - self.pool_gib
 
     @property
     def total_gib(self) -> float:
-        return self.weights_gib + self.kv_min_gib + self.engram_gib + self.workspace_gib
-
-    def spare_gib(self, capacity_gib: float) -> float:
-        """What is left of `capacity_gib` beyond this and the headroom: a prefill rank's HBM
-        pool segment, or (plus kv_min_gib) a decode rank's KV cache."""
-        return capacity_gib - self.total_gib - HEADROOM_GIB
+        """What the GPU must hold at least: the reserve, the budget's fixed parts, one request."""
+        return self.reserved_gib + self.weights_gib + self.engram_gib + self.workspace_gib \
+            + self.kv_min_gib
 
 
 def weights_gib_per_gpu(model: ModelSpec, shape: Shape, with_draft: bool = False) -> float:
@@ -57,18 +92,32 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, shape: Shape, kv_dtype: str) ->
     return per_token
 
 
-def workspace_gib(model: ModelSpec, system: System) -> float:
+def activations_gib(model: ModelSpec) -> float:
     activations = ACTIVATION_TOKENS * model.hidden_size * 2 * ACTIVATION_COPIES
     if model.mhc_routes:
         activations *= model.mhc_routes
-    return system.reserve.runtime_gib.value + system.reserve.nccl_gib.value + activations / GIB
+    return activations / GIB
 
 
-def gpu_memory(model: ModelSpec, shape: Shape, system: System, kv_dtype: str,
-               max_model_len: int, engram_share_gpus: int, engram_in_hbm: bool,
-               with_draft: bool) -> GpuMemory:
-    kv = kv_bytes_per_token_per_gpu(model, shape, kv_dtype) * max_model_len
-    kv += arch.kv_window_bytes_per_request(model, kv_dtype)
-    engram = arch.engram_bytes(model) / engram_share_gpus if engram_in_hbm else 0.0
-    return GpuMemory(weights_gib_per_gpu(model, shape, with_draft), kv / GIB, engram / GIB,
-                     workspace_gib(model, system))
+def all2all_of(inputs, role: str, shape: Shape) -> str | None:
+    """The dispatch backend of a DP+EP instance (None: no all-to-all)."""
+    if shape.dp <= 1 or shape.ep <= 1:
+        return None
+    nodes = nodes_of(shape, inputs.system)
+    return inputs.resolved.all2all(role, nodes, is_multi_node_nvlink(inputs.system, nodes)).value
+
+
+def gpu_budget(inputs, role: str, shape: Shape, engram_gpus: int) -> GpuBudget:
+    """One GPU of `shape` in `role`; the Engram tables (when this role keeps them in HBM) are
+    spread over `engram_gpus` GPUs."""
+    r, model = inputs.resolved, inputs.model.spec
+    kv = kv_bytes_per_token_per_gpu(model, shape, r.kv_cache_dtype.value) * r.max_model_len.value
+    kv += arch.kv_window_bytes_per_request(model, r.kv_cache_dtype.value)
+    engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
+    buffers = r.engine_buffers_gib(all2all_of(inputs, role, shape), nodes_of(shape, inputs.system))
+    workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
+    return GpuBudget(
+        capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
+        weights_gib=weights_gib_per_gpu(model, shape, r.uses_draft), engram_gib=engram / GIB,
+        workspace_gib=workspace, kv_min_gib=kv / GIB,
+        pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value)

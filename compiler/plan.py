@@ -8,7 +8,7 @@ Targets import this module only.
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 from schemas.source import checked_events
 
@@ -52,6 +52,7 @@ class ModelInfo(Frozen):
     sparse_attention: bool
     weights_dtype: str
     experts_dtype: str
+    expert_format: str  # how the engine loads the routed experts: mxfp4 | nvfp4 | fp8 | bf16
     moe: bool
     experts: int
     engram_tables: int
@@ -69,10 +70,12 @@ class Serving(Frozen):
     namespace: str
     vllm_version: str
     kv_cache_dtype: Literal["fp8", "bf16"]
-    block_size: int
+    block_size: int  # a multiple of the attention backend's kernel block
     max_model_len: int
+    attention_backend: str
+    linear_backend: str | None
     speculative: Speculative | None
-    engram_placement: Literal["hbm", "dram"]
+    engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
 
 
 class Instance(Frozen):
@@ -87,6 +90,12 @@ class Instance(Frozen):
     max_batch: int  # requests per DP rank (--max-num-seqs)
     max_batched_tokens: int  # tokens per DP rank per step (--max-num-batched-tokens)
     gpu_memory_utilization: float
+    all2all_backend: str | None  # DP+EP dispatch; None without data-parallel experts
+    moe_backend: str | None  # None: the engine's own choice (BF16 experts)
+    engram: Literal["none", "hbm", "host"]  # where this instance reads the Engram tables
+    env: dict[str, str]  # what its engines need beyond the shared environment
+    kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
+    connector_env: list[str]  # variables the connectors read, set by each target
 
 
 class DomainMemory(Frozen):
@@ -94,7 +103,18 @@ class DomainMemory(Frozen):
     kv_gib: float
     engram_gib: float
     pool_gib: float
-    workspace_gib: float
+    workspace_gib: float  # activations, DeepEP buffers, the engine's margin
+    reserved_gib: float  # outside --gpu-memory-utilization: CUDA context, NCCL, NIXL
+    capacity_gib: float
+
+
+class HostMemory(Frozen):
+    """What a tray's engines pin in its host DRAM (GiB)."""
+
+    pool_gib: float  # the Mooncake DRAM segment
+    engram_gib: float  # Engram tables read from host memory
+    process_gib: float  # engine processes and the store clients' transfer buffers
+    reserved_gib: float  # left to the OS and kubelet
     capacity_gib: float
 
 
@@ -203,6 +223,47 @@ class Parsers(Frozen):
     dynamo_reasoning: str | None
 
 
+class CurvePoint(Frozen):
+    batch: int
+    tokens_per_s_per_user_p50: float
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s_per_gpu: float
+
+
+class PredictedGroup(Frozen):
+    """One row per instance group: decode rows carry a batch and step, prefill rows a chunk."""
+
+    role: Role
+    shape: str
+    count: int
+    gpus: int
+    batch: float | None = None
+    decode_step_us: float | None = None
+    chunk_tokens: int | None = None
+    prefill_step_us: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class Predicted(Frozen):
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s_per_gpu: float
+    tokens_per_s_per_user_p50: float
+    tokens_per_s_per_user_p90: float
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    tpot_ms_p50: float
+    prefix_hit_rate: float
+    tokens_per_s_per_kw: float
+    instances: list[PredictedGroup]
+    breakdown: dict[str, dict[str, float]]
+    requests_per_s: float
+    prefill_utilisation: float
+    curve: list[CurvePoint]
+
+
 class Decision(Frozen):
     path: str
     value: str
@@ -219,11 +280,12 @@ class Plan(Frozen):
     serving: Serving
     instances: list[Instance]
     memory: dict[str, DomainMemory]
+    host_memory: dict[str, HostMemory]  # per tray running engines
     engram_shards: list[EngramShard]
     kv_pool: KvPool
     routing: Routing
     solver: SolverInfo
-    predicted: dict
+    predicted: Predicted | None
     decisions: list[Decision]
     site: Site
     parsers: Parsers

@@ -11,7 +11,7 @@ import networkx as nx
 
 from compiler import arch, graph
 from compiler.load import Inputs
-from compiler.memory import gpu_memory
+from compiler.memory import gpu_budget
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
 from schemas.source import format_path
@@ -45,32 +45,16 @@ class Precheck:
         return [f.shape for f in self.fits if f.role == role and f.fits]
 
 
-def kv_dtype(inputs: Inputs) -> str:
-    return inputs.deployment.spec.serving.kv_cache_dtype or inputs.model.spec.dtypes.kv_cache
-
-
-def max_model_len(inputs: Inputs) -> int:
-    return inputs.deployment.spec.serving.max_model_len or inputs.model.spec.max_context_tokens
-
-
-def uses_draft(inputs: Inputs) -> bool:
-    spec = inputs.deployment.spec.serving.speculative
-    return bool(spec and spec.method in ("mtp", "dspark"))
-
-
 def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
     model, system = inputs.model.spec, inputs.system
     available = len(graph.available_gpus(g))
-    engram_hbm = inputs.deployment.spec.serving.engram_placement == "hbm"
     capacity = system.gpu.hbm_gib.value
     fits = []
     for shape in candidate_shapes(model, system, max(available, 1)):
         for role in ROLES:
             share = max(available, 1) if role == "prefill" else shape.gpus
-            mem = gpu_memory(model, shape, system, kv_dtype(inputs), max_model_len(inputs),
-                             share, engram_hbm, uses_draft(inputs))
-            fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib,
-                                 mem.total_gib <= capacity))
+            mem = gpu_budget(inputs, role, shape, share)
+            fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
     diagnostics = (_diagnose(inputs, fits, available, capacity)
                    + _check_pins(inputs, fits, available))
     return Precheck(tuple(fits), tuple(diagnostics))

@@ -2,12 +2,11 @@
 host, what it requests, which images, devices, cache and scheduling the cluster gives it.
 
 Host memory of an engine pod (one node of an instance), from what vLLM 0.33 allocates there:
-- each rank registers `global_segment_size` bytes of the embedded Mooncake store plus a
-  `local_buffer_size` staging buffer (vllm/distributed/mooncake_store.py: 4 GiB default);
-- Engram tables kept in host memory (`cpu_offload`) are shared by the co-located DP ranks of an
-  instance through /dev/shm (`dp_shared_memory`, vllm/config/engram.py); /dev/shm must hold
-  them, else vLLM falls back to one private copy per rank;
-- the process itself (`site.host.memory_gib_per_gpu` per rank, assumed).
+each rank's process, its store client's `local_buffer_size` and its `global_segment_size` share
+of the tray's pool segment, and the instance's host Engram tables: the host budget of
+compiler.host_memory, split per pod. Host Engram (`cpu_offload`) is shared by the co-located DP
+ranks of an instance through /dev/shm (`dp_shared_memory`, vllm/config/engram.py); /dev/shm must
+hold it, else vLLM falls back to one private copy per rank.
 """
 
 import functools
@@ -19,15 +18,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from compiler import arch
+from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
-    EngramShard,
     Hardware,
     Images,
     Instance,
     KvPool,
     ModelCache,
-    ModelInfo,
     Parsers,
     PodSize,
     Rdma,
@@ -35,6 +33,7 @@ from compiler.plan import (
     Site,
     Toleration,
 )
+from compiler.resolve import HostReserve
 from schemas import site as spec
 from schemas.model import ModelSpec
 
@@ -44,8 +43,6 @@ if TYPE_CHECKING:
 GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
 ENGINE_START_S = 600
-MOONCAKE_LOCAL_BUFFER_BYTES = 4 * GIB  # vllm/distributed/mooncake_store.py default
-OS_RESERVE_FRACTION = 0.05  # assumed: a tray's DRAM left to the OS and the kubelet
 DEFAULT_CACHE_DIR = "/var/cache/rackc/huggingface"
 # assumed: the frontend tokenizes every request (long agentic prompts), the master keeps only
 # object metadata in memory.
@@ -69,13 +66,7 @@ def runtime_version_override(images: spec.Images) -> str | None:
                                 _tag(images.dynamo)) else images.dynamo_version
 
 
-def _ranks_on(instance: Instance, hardware: Hardware, tray: str) -> int:
-    gpus = next(t.gpus for t in hardware.trays if t.id == tray)
-    return sum(g in gpus for g in instance.gpus)
-
-
-def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool,
-                        hardware: Hardware) -> dict[str, int]:
+def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
     """Tray -> the DRAM bytes each rank there registers: the tray's segment split evenly over
     the ranks (GPUs) running on it, whatever their instances. Trays without one get 0."""
     if not kv_pool.enabled:
@@ -84,62 +75,34 @@ def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool,
     ranks: dict[str, int] = {}
     for i in instances:
         for t in i.trays:
-            ranks[t] = ranks.get(t, 0) + _ranks_on(i, hardware, t)
+            ranks[t] = ranks.get(t, 0) + ranks_on(i, t)
     return {t: int(dram.get(t, 0.0) * GIB) // n for t, n in sorted(ranks.items())}
 
 
-def engram_host_gib(model: ModelInfo, instance: Instance, shards: list[EngramShard],
-                    placement: str) -> float:
-    """Host Engram of the instance: tables whose shards are not the instance's own group stay in
-    pinned host memory (all of them: one copy of every TP shard)."""
-    if not model.engram_tables:
-        return 0.0
-    if placement == "hbm" and any(s.group == instance.id for s in shards):
-        return 0.0
-    return round(model.engram_tables * model.engram_table_bytes / GIB, 3)
-
-
-def pinned_besides_pool_gib(cfg: spec.Site, hardware: Hardware, model: ModelInfo,
-                            instances: list[Instance], shards: list[EngramShard],
-                            placement: str, pool: bool, dram_gib: float) -> dict[str, float]:
-    """Tray -> what stays off the pool's DRAM segment: the OS reserve and what its engine pods
-    pin besides their segments (processes, staging buffers, host Engram, /dev/shm). The segment
-    gets at most the rest, so that the pods' memory requests fit the tray."""
-    buffer = MOONCAKE_LOCAL_BUFFER_BYTES / GIB if pool else 0.0
-    out: dict[str, float] = {}
-    for i in instances:
-        size = _pod(cfg, hardware, model, i, shards, placement, {}).resources
-        for t in i.trays:
-            out[t] = out.get(t, OS_RESERVE_FRACTION * dram_gib) + size.memory_gib \
-                + _ranks_on(i, hardware, t) * buffer
-    return dict(sorted(out.items()))
-
-
-def _pod(cfg: spec.Site, hardware: Hardware, model: ModelInfo, instance: Instance,
-         shards: list[EngramShard], placement: str, pool: dict[str, int]) -> PodSize:
-    per_node = max(_ranks_on(instance, hardware, t) for t in instance.trays)
+def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: float,
+         instance: Instance, pool: dict[str, int]) -> PodSize:
+    """The host budget's share of one pod (compiler.host_memory): its ranks' processes, store
+    buffers and pool segments, and its host Engram, which sits in /dev/shm when the ranks share
+    it (DP > 1)."""
+    per_node = max(ranks_on(instance, t) for t in instance.trays)
     per_rank = max((pool.get(t, 0) for t in instance.trays), default=0)
-    engram = engram_host_gib(model, instance, shards, placement)
-    shared = instance.dp > 1  # dp_shared_memory: one copy per node in /dev/shm
-    shm = cfg.host.shm_gib + (engram if shared else 0.0)
-    private_engram = 0.0 if shared else engram * per_node / instance.tp  # its ranks' TP shards
-    buffer = MOONCAKE_LOCAL_BUFFER_BYTES if pool else 0
-    memory = (per_node * (cfg.host.memory_gib_per_gpu + (per_rank + buffer) / GIB)
-              + private_engram + shm)
+    engram = engram_share_gib(tables_gib, instance, per_node)
+    shm = cfg.host.shm_gib + (engram if instance.dp > 1 else 0.0)
+    buffer = host.mooncake_buffer_gib_per_rank if pool else 0.0
+    memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB) + engram
     rdma = cfg.rdma.transport == "rdma"
     devices = math.ceil(hardware.rdma_devices_per_tray * per_node / hardware.gpus_per_tray)
     registers = rdma and (bool(pool) or instance.role != "aggregated")
     return PodSize(
-        instance=instance.id, pool_bytes_per_rank=per_rank, engram_host_gib=engram,
+        instance=instance.id, pool_bytes_per_rank=per_rank, engram_host_gib=round(engram, 3),
         resources=Resources(cpu=per_node * cfg.host.cpu_per_gpu,
-                            memory_gib=math.ceil(memory), shm_gib=math.ceil(shm),
+                            memory_gib=math.ceil(max(memory, shm)), shm_gib=math.ceil(shm),
                             rdma_devices=devices if rdma else 0, registers_memory=registers))
 
 
 def checkpoint_bytes(model: ModelSpec) -> float:
     """What a cold start reads: the served weights and the Engram tables."""
-    engram = model.engram.tables * model.engram.table_gib * GIB if model.engram else 0.0
-    return arch.weight_bytes(model) + engram
+    return arch.weight_bytes(model) + arch.engram_bytes(model)
 
 
 def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,
@@ -172,12 +135,13 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
                       engine_ready_timeout_s=timeout)
 
 
-def lower_site(cfg: spec.Site, checkpoint_bytes: float, hardware: Hardware, model: ModelInfo,
-               instances: list[Instance], kv_pool: KvPool, shards: list[EngramShard],
-               engram_placement: str) -> Site:
-    pool = pool_bytes_per_rank(instances, kv_pool, hardware)
-    pods = [_pod(cfg, hardware, model, i, shards, engram_placement, pool)
+def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
+               instances: list[Instance], kv_pool: KvPool, host: HostReserve) -> Site:
+    pool = pool_bytes_per_rank(instances, kv_pool)
+    tables = arch.engram_bytes(model) / GIB
+    pods = [_pod(cfg, hardware, host, tables, i, pool)
             for i in sorted(instances, key=lambda i: i.id)]
+    checkpoint = checkpoint_bytes(model)
     images = cfg.images
     return Site(
         images=Images(dynamo=images.dynamo, vllm=images.vllm,
@@ -185,13 +149,14 @@ def lower_site(cfg: spec.Site, checkpoint_bytes: float, hardware: Hardware, mode
                       router=images.router),
         rdma=Rdma(transport=cfg.rdma.transport, resource=cfg.rdma.resource,
                   hca_names=list(cfg.rdma.hca_names)),
-        model_cache=_cache(cfg.model_cache, checkpoint_bytes, instances),
+        model_cache=_cache(cfg.model_cache, checkpoint, instances),
         hf_token_secret=cfg.secrets.hf_token,
         pin_by_hostname=cfg.scheduling.hostnames_equal_node_names,
         tolerations=[Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
                      for t in cfg.scheduling.tolerations],
         priority_class=cfg.scheduling.priority_class,
-        pods=pods, mooncake_segment_bytes=pool, mooncake_local_buffer_bytes=MOONCAKE_LOCAL_BUFFER_BYTES,
+        pods=pods, mooncake_segment_bytes=pool,
+        mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER)
 
 
@@ -211,23 +176,22 @@ def parsers(model_name: str) -> Parsers:
 
 def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
     """Why each site choice is what it is: the user's, or the default and where it is from."""
-    from compiler.decisions import user_or_default
+    from compiler.decisions import from_deployment
 
-    path = ("spec", "site")
     cache, images = site.model_cache, site.images
     given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
     out = [
-        user_or_default(inputs, images.dynamo, "Dynamo's NGC vLLM runtime of dynamo_version; it "
-                        "must hold vLLM serving.vllm_version (the stock 1.6.1 image has 0.31.0)",
-                        *path, "images", "dynamo"),
-        user_or_default(inputs, images.vllm, "the vLLM release the flags are written for",
-                        *path, "images", "vllm"),
-        user_or_default(inputs, site.rdma.transport, "KV transfer and the pool over RDMA; TCP "
-                        "only by choice", *path, "rdma", "transport"),
-        user_or_default(inputs, site.rdma.resource, "the RDMA device plugin resource of Dynamo's "
-                        "wide-EP recipes and llm-d", *path, "rdma", "resource"),
-        user_or_default(inputs, f"{cache.kind}:{cache.source}", "a host directory per node, "
-                        "filled once per node", *path, "model_cache"),
+        from_deployment(inputs, "site.images.dynamo", images.dynamo,
+                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold vLLM "
+                        "serving.vllm_version (the stock 1.6.1 image has 0.31.0)"),
+        from_deployment(inputs, "site.images.vllm", images.vllm,
+                        "the vLLM release the flags are written for"),
+        from_deployment(inputs, "site.rdma.transport", site.rdma.transport,
+                        "KV transfer and the pool over RDMA; TCP only by choice"),
+        from_deployment(inputs, "site.rdma.resource", site.rdma.resource,
+                        "the RDMA device plugin resource of Dynamo's wide-EP recipes and llm-d"),
+        from_deployment(inputs, "site.model_cache", f"{cache.kind}:{cache.source}",
+                        "a host directory per node, filled once per node"),
         Decision(path="site.model_cache.engine_ready_timeout_s",
                  value=str(cache.engine_ready_timeout_s),
                  source="user" if given_timeout else "rule:cold-start",

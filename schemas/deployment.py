@@ -99,7 +99,8 @@ class Serving(StrictModel):
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"
     routing: Routing = Routing()
-    block_size: BlockSize = 64
+    block_size: BlockSize | None = Field(
+        None, description="KV block in tokens. Default: the attention backend's kernel block")
     max_model_len: count(TOKENS) | None = Field(None, description="Default: the model's context")
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"

@@ -97,11 +97,9 @@ class Scheduling(StrictModel):
 
 
 class HostSizing(StrictModel):
-    """Requests of the engine pods beyond what the plan pins (pool segments, Engram tables)."""
+    """Engine pods' CPU and /dev/shm (their memory is the plan's host budget)."""
 
     cpu_per_gpu: count(1024) = Field(8, description="Cores per GPU rank (assumed)")
-    memory_gib_per_gpu: amount(65536.0) = Field(
-        16.0, description="Host memory per rank for the process itself (assumed)")
     shm_gib: amount(65536.0) = Field(
         8.0, description="/dev/shm besides shared Engram tables (the Dynamo operator's default)")
 

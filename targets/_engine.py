@@ -3,8 +3,9 @@ dynamo and lws targets share, so their engines never disagree.
 
 Flag choices (vLLM 0.33, docs/targets.md explains each):
 - parallelism: `--tensor-parallel-size`, `--data-parallel-size`, `--enable-expert-parallel`, and
-  `--all2all-backend` for data-parallel expert parallelism (all2all_backend);
-- kernels per GPU family and dtype (GEMM_BACKEND, attention_flags);
+  the instance's `--all2all-backend`;
+- the plan's kernels (attention, MoE and linear backends, chosen from the engine's capabilities
+  in compiler.resolve);
 - the plan's batch limits, context length, KV dtype and block size, and the memory budget;
 - the KV connector (NIXL for P/D, plus the Mooncake store when the plan has a pool), speculative
   decoding and Engram placement.
@@ -27,43 +28,12 @@ MASTER_PORT = 29500
 PYTHONHASHSEED = "0"
 
 BLACKWELL_FAMILY = ("blackwell", "rubin")  # Rubin (sm107) runs sm100f kernels (SYSTEM.md)
-# (GPU family, weight dtype) -> GEMM kernels, for `--moe-backend` (routed experts' dtype) and
-# `--linear-backend` (the other weights' dtype). Blackwell-family FP4 is NVFP4 on FlashInfer's
-# CuTe-DSL kernels (SYSTEM.md); Hopper has no FP4 tensor cores, so FP4 weights run weight-only on
-# Marlin; FP8 block-scaled weights run on DeepGEMM on both. BF16 is left to vLLM's choice.
-GEMM_BACKEND = {
-    ("blackwell", "fp4"): "flashinfer_cutedsl",
-    ("rubin", "fp4"): "flashinfer_cutedsl",
-    ("hopper", "fp4"): "marlin",
-    ("blackwell", "fp8"): "deep_gemm",
-    ("rubin", "fp8"): "deep_gemm",
-    ("hopper", "fp8"): "deep_gemm",
-}
-# Sparse-MLA (indexer) models have backends of their own per architecture in vLLM 0.33.
-SPARSE_MLA_BACKEND = {
-    "DeepseekV41ForCausalLM": ("FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_SPARSE_DSV41"),
-    "DeepseekV4ForCausalLM": ("FLASHINFER_MLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV4"),
-}
-GENERIC_SPARSE_MLA_BACKEND = ("FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
-DENSE_MLA_BACKEND = ("FLASHINFER_MLA", "FLASHMLA")
-GQA_BACKEND = ("FLASHINFER", "FLASH_ATTN")
 
 
 def check_vllm_version(plan: Plan) -> None:
     if ".".join(plan.serving.vllm_version.split(".")[:2]) not in SUPPORTED_VLLM:
         raise TargetError(f"serving.vllm_version: the targets emit vLLM {SUPPORTED_VLLM} "
                           f"flags, got {plan.serving.vllm_version}")
-
-
-def all2all_backend(plan: Plan, component: Component) -> str:
-    """Decode: DeepEP low-latency, whose batched layout runs the masked grouped GEMM (SYSTEM.md).
-    Prefill and aggregated: DeepEP high-throughput inside one node, and on RDMA between HGX
-    nodes; across NVL72 trays the all-gather/reduce-scatter path that runs natively on MNNVL."""
-    if component.role == "decode":
-        return "deepep_low_latency"
-    if component.nodes_per_instance > 1 and multi_node_nvlink(plan):
-        return "allgather_reducescatter"
-    return "deepep_high_throughput"
 
 
 def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list[str]:
@@ -78,25 +48,14 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
         flags += ["--data-parallel-size", str(instance.dp)]
     if instance.ep > 1:
         flags += ["--enable-expert-parallel"]
-        if instance.dp > 1:
-            flags += ["--all2all-backend", all2all_backend(plan, component)]
+        if instance.all2all_backend:
+            flags += ["--all2all-backend", instance.all2all_backend]
     return flags
-
-
-def _family_pick(plan: Plan, choices: tuple[str, str]) -> str:
-    blackwell, hopper = choices
-    return blackwell if plan.hardware.gpu_family in BLACKWELL_FAMILY else hopper
 
 
 def attention_flags(plan: Plan) -> list[str]:
     model, fp8_kv = plan.model, plan.serving.kv_cache_dtype == "fp8"
-    if model.attention == "mla" and model.sparse_attention:
-        backends = SPARSE_MLA_BACKEND.get(model.architecture, GENERIC_SPARSE_MLA_BACKEND)
-    elif model.attention == "mla":
-        backends = DENSE_MLA_BACKEND
-    else:
-        backends = GQA_BACKEND
-    flags = ["--attention-backend", _family_pick(plan, backends)]
+    flags = ["--attention-backend", plan.serving.attention_backend]
     # The dense-MLA prefill path of SYSTEM.md (TRT-LLM ragged kernels, Blackwell only); the
     # sparse-MLA models attend through their own backend and never read these options.
     dense_mla = model.attention == "mla" and not model.sparse_attention
@@ -107,13 +66,13 @@ def attention_flags(plan: Plan) -> list[str]:
     return flags
 
 
-def kernel_flags(plan: Plan) -> list[str]:
-    family, model = plan.hardware.gpu_family, plan.model
+def kernel_flags(plan: Plan, instance: Instance) -> list[str]:
+    """The plan's kernels (compiler.resolve, from the engine's capabilities)."""
     flags = []
-    if model.moe and (family, model.experts_dtype) in GEMM_BACKEND:
-        flags += ["--moe-backend", GEMM_BACKEND[family, model.experts_dtype]]
-    if (family, model.weights_dtype) in GEMM_BACKEND:
-        flags += ["--linear-backend", GEMM_BACKEND[family, model.weights_dtype]]
+    if instance.moe_backend:
+        flags += ["--moe-backend", instance.moe_backend]
+    if plan.serving.linear_backend:
+        flags += ["--linear-backend", plan.serving.linear_backend]
     return flags + attention_flags(plan)
 
 
@@ -123,35 +82,33 @@ def kv_cache_dtype(plan: Plan) -> str:
     return "fp8" if plan.serving.kv_cache_dtype == "fp8" else "auto"
 
 
+# The Mooncake store is looked up and loaded asynchronously (SYSTEM.md routing).
+CONNECTOR_EXTRA = {"MooncakeStoreConnector": {"load_async": True, "lookup_async": True}}
+
+
 def kv_transfer_config(plan: Plan, component: Component) -> dict | None:
-    """P/D moves KV with NIXL; the Mooncake pool rides along in a MultiConnector, looked up and
-    loaded asynchronously (SYSTEM.md routing). An aggregated worker only uses the pool."""
-    store = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both",
-             "kv_connector_extra_config": {"load_async": True, "lookup_async": True}}
-    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-    disaggregated = component.role in ("prefill", "decode")
-    if not pool_enabled(plan):
-        return nixl if disaggregated else None
-    if not disaggregated:
-        return store
+    """The instance's connectors (P/D: NIXL; with the pool also the Mooncake store, both in a
+    MultiConnector)."""
+    names = component.instances[0].kv_connectors
+    configs = [{"kv_connector": n, "kv_role": "kv_both",
+                **({"kv_connector_extra_config": CONNECTOR_EXTRA[n]} if n in CONNECTOR_EXTRA
+                   else {})} for n in names]
+    if len(configs) <= 1:
+        return configs[0] if configs else None
     return {"kv_connector": "MultiConnector", "kv_role": "kv_both",
-            "kv_connector_extra_config": {"connectors": [nixl, store]}}
+            "kv_connector_extra_config": {"connectors": configs}}
 
 
 def engram_config(plan: Plan, instance: Instance) -> dict | None:
-    """A decode instance's HBM tables are sharded over its own ranks (`embedding_across_dp`).
-    vLLM 0.33 forms no Engram group across instances, so the prefill peer group of the plan
-    is served from pinned host memory shared by the co-located ranks of a node (the layout
-    SYSTEM.md describes as the one before the peer group; docs/targets.md). DRAM placement
-    stays in pinned host memory."""
-    if not plan.model.engram_tables:
+    """Host tables (`cpu_offload`, shared by the co-located ranks of a node) or HBM shards over
+    the instance's own ranks (`embedding_across_dp`), as the plan says; an HBM instance's shards
+    must form its own group (vLLM 0.33 has no Engram group across instances)."""
+    if instance.engram == "none":
         return None
-    if plan.serving.engram_placement == "dram":
+    if instance.engram == "host":
         return {"cpu_offload": True}
     gpus = set(instance.gpus)
     groups = {s.group for s in plan.engram_shards if s.domain.rsplit("-d", 1)[0] in gpus}
-    if groups == {"prefill"}:
-        return {"cpu_offload": True}
     if groups != {instance.id}:
         raise TargetError(
             f"engram_shards: instance {instance.id} holds shards of groups {sorted(groups)}; "
@@ -175,7 +132,7 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
         "--block-size", str(plan.serving.block_size),
         "--gpu-memory-utilization", f"{utilization:.2f}",
         "--kv-cache-dtype", kv_cache_dtype(plan),
-        *kernel_flags(plan),
+        *kernel_flags(plan, first),
     ]
     if plan.serving.speculative:
         spec = plan.serving.speculative
@@ -200,10 +157,12 @@ def ucx_tls(plan: Plan) -> str:
 
 
 def engine_env(plan: Plan, component: Component) -> dict[str, str]:
-    """The environment of a component's engines; each target adds where the Mooncake client
-    file of the node is (`_mooncake.client_config_path`) and the cache and timeout
-    (`_kube.site_env`)."""
-    env = {"PYTHONHASHSEED": PYTHONHASHSEED, "UCX_TLS": ucx_tls(plan)}
+    """The environment of a component's engines: the shared part, what its instances need (the
+    plan's `env`, e.g. DeepEP over MNNVL) and the site's transports; each target adds where the
+    Mooncake client file of the node is (`_mooncake.client_config_path`) and the model cache
+    (`_site.cache_env`)."""
+    env = {"PYTHONHASHSEED": PYTHONHASHSEED, "UCX_TLS": ucx_tls(plan),
+           **component.instances[0].env}
     if plan.site.rdma.hca_names:
         env["UCX_NET_DEVICES"] = ",".join(f"{h}:1" if ":" not in h else h
                                           for h in plan.site.rdma.hca_names)

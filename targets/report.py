@@ -12,7 +12,8 @@ DOWN_COLOUR = "#333333"
 
 def emit(plan: Plan) -> dict[str, str | bytes]:
     return {
-        "report/performance.json": json.dumps(plan.predicted, indent=2) + "\n",
+        "report/performance.json": json.dumps(plan.predicted.model_dump(mode="json"),
+                                              indent=2) + "\n",
         "report/performance.md": performance_md(plan),
         "report/curve.png": curve_png(plan),
         "report/rack.png": rack_png(plan),
@@ -20,7 +21,7 @@ def emit(plan: Plan) -> dict[str, str | bytes]:
 
 
 def performance_md(plan: Plan) -> str:
-    p = plan.predicted
+    p = plan.predicted.model_dump(mode="json")
     gpus = sum(len(i.gpus) for i in plan.instances)
     lines = [
         f"# {plan.serving.name}: predicted performance",
@@ -40,6 +41,7 @@ def performance_md(plan: Plan) -> str:
     for i in plan.instances:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
+    lines += fallbacks_md(plan)
     for phase in ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
         total = sum(steps.values()) or 1.0
@@ -48,6 +50,26 @@ def performance_md(plan: Plan) -> str:
         for op, us in sorted(steps.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {op} | {us:,.1f} | {100 * us / total:.1f}% |")
     return "\n".join(lines) + "\n"
+
+
+FALLBACK_SOURCES = ("rule:engine-capability", "rule:host-memory")
+
+
+def fallbacks_md(plan: Plan) -> list[str]:
+    """Where the plan departs from SYSTEM.md because the engines (or the tray's host memory)
+    cannot do more: each distinct decision once, with the plan paths it covers."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for d in plan.decisions:
+        if d.source in FALLBACK_SOURCES:
+            rows.setdefault((d.source, d.value, d.why), []).append(d.path)
+    if not rows:
+        return []
+    out = ["", "## Engine fallbacks", "", "| plan paths | value | source | why |",
+           "|---|---|---|---|"]
+    for (source, value, why), paths in rows.items():
+        shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3})" if len(paths) > 3 else "")
+        out.append(f"| {shown} | {value} | {source} | {why} |")
+    return out
 
 
 def _png(fig) -> bytes:
@@ -63,7 +85,7 @@ def _figure(width: float, height: float):
 
 
 def curve_png(plan: Plan) -> bytes:
-    pts = plan.predicted.get("curve", [])
+    pts = plan.predicted.model_dump(mode="json")["curve"]
     fig = _figure(6.4, 4.2)
     ax = fig.subplots()
     xs = [q["tokens_per_s_per_user_p50"] for q in pts]

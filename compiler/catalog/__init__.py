@@ -10,12 +10,15 @@ from pathlib import Path
 
 import yaml
 
+from compiler.catalog.engine import Dynamo, Engines, Mooncake, Vllm
 from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from schemas import ModelV1
 
 _DATA = resources.files("compiler.catalog") / "data"
 _CALIBRATION = resources.files("compiler.catalog") / "calibration"
+_ENGINES = resources.files("compiler.catalog") / "engines"
+ENGINE_FILES = ("vllm", "dynamo", "mooncake")
 
 
 def _names(kind: str) -> tuple[str, ...]:
@@ -37,7 +40,7 @@ def workload_names() -> tuple[str, ...]:
 
 @functools.cache
 def system(name: str) -> System:
-    return System.model_validate(yaml.safe_load((_DATA / "systems" / f"{name}.yaml").read_text()))
+    return System.model_validate(yaml.safe_load(system_text(name)))
 
 
 @functools.cache
@@ -51,8 +54,28 @@ def model_text(name: str) -> str:
 
 @functools.cache
 def workload(name: str) -> Profile:
-    text = (_DATA / "workloads" / f"{name}.yaml").read_text()
-    return Profile.model_validate(yaml.safe_load(text))
+    return Profile.model_validate(yaml.safe_load(workload_text(name)))
+
+
+def engine_text(name: str) -> str:
+    return (_ENGINES / f"{name}.yaml").read_text()
+
+
+@functools.cache
+def engines() -> Engines:
+    """The pinned engines' capabilities (catalog/engines/)."""
+    data = {n: yaml.safe_load(engine_text(n)) for n in ENGINE_FILES}
+    return Engines(vllm=Vllm.model_validate(data["vllm"]),
+                   dynamo=Dynamo.model_validate(data["dynamo"]),
+                   mooncake=Mooncake.model_validate(data["mooncake"]))
+
+
+def system_text(name: str) -> str:
+    return (_DATA / "systems" / f"{name}.yaml").read_text()
+
+
+def workload_text(name: str) -> str:
+    return (_DATA / "workloads" / f"{name}.yaml").read_text()
 
 
 def calibration_path(system_name: str, suffix: str = "json") -> Path:

@@ -95,8 +95,9 @@ def all_reduce_us(system: System, link: Link, ranks: int, nbytes: float) -> floa
     return latency + 2 * (ranks - 1) / ranks * nbytes / bw
 
 
-def transfer_us(system: System, nbytes: float, kind: str) -> float:
-    """Move KV (or any buffer) over `kind`: nvlink (peer HBM), rdma (pool / other rack), c2c."""
+def transfer_us(system: System, nbytes: float, kind: str, nic_gbps: float | None = None) -> float:
+    """Move KV (or any buffer) over `kind`: nvlink (peer HBM), rdma (pool / other rack), c2c.
+    `nic_gbps`: the rack's per-GPU NIC rate when it overrides the catalog's."""
     if nbytes <= 0:
         return 0.0
     if kind == "nvlink":
@@ -104,5 +105,5 @@ def transfer_us(system: System, nbytes: float, kind: str) -> float:
     elif kind == "c2c":
         bw = system.gpu.c2c_gbytes_per_s.value * ALLREDUCE_EFF
     else:
-        bw = system.tray.nic_gbps_per_gpu.value / 8 * RDMA_EFF
+        bw = (nic_gbps or system.tray.nic_gbps_per_gpu.value) / 8 * RDMA_EFF
     return system.latency.p2p_us.value + nbytes / (bw * 1e3)

@@ -212,13 +212,15 @@ class OpModel:
         return self.time_us("gemm", dtype, gemm_work(dtype, m, n, k), placement)
 
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
-                     skew: float = 1.0, placement: str = "interleaved") -> float:
+                     skew: float = 1.0, placement: str = "interleaved",
+                     weight_only: bool = False) -> float:
         """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest expert's load over the mean,
-        which sets the step's critical path when routing is uneven. No tokens: no launch."""
+        which sets the step's critical path when routing is uneven. No tokens: no launch.
+        `weight_only`: `dtype` weights are read, but the math runs on BF16 tensor cores."""
         if tokens_per_expert <= 0:
             return 0.0
         work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew)
-        return self.time_us("grouped_gemm", dtype, work, placement)
+        return self.time_us("grouped_gemm", "bf16" if weight_only else dtype, work, placement)
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
                     kv_len: int, q_len: int = 1, v_head_dim: int | None = None,

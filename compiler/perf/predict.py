@@ -2,11 +2,11 @@
 the serving metrics out. The solver calls the same functions to rank layouts."""
 
 import functools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
-from compiler.memory import gpu_memory, kv_bytes_per_token_per_gpu
+from compiler.memory import all2all_of, gpu_budget, kv_bytes_per_token_per_gpu
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     Group,
@@ -17,16 +17,11 @@ from compiler.perf.serving import (
     prefix_hit_rate,
 )
 from compiler.perf.step import PerfContext
-from compiler.precheck import kv_dtype, max_model_len, uses_draft
 from compiler.shapes import Shape
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
 MAX_DECODE_BATCH = 1024  # assumed: beyond this vLLM's scheduler and graphs stop paying off
-PREDICT_KEYS = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
-                "tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
-                "ttft_ms_p90", "tpot_ms_p50", "prefix_hit_rate", "tokens_per_s_per_kw",
-                "instances", "breakdown")
 
 
 @dataclass(frozen=True)
@@ -58,24 +53,34 @@ def system_ops(system_name: str) -> OpModel:
     return op_model(catalog.system(system_name), catalog.calibration(system_name))
 
 
-def context(inputs: Inputs, engram_gpus: int) -> PerfContext:
+def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
+            shape: Shape | None = None) -> PerfContext:
+    """What the step model needs of one instance group; `role` says where its Engram tables
+    are (compiler.resolve: prefill's are in host memory when the engine cannot share HBM), and
+    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16)."""
     spec = inputs.deployment.spec.serving.speculative
-    hw = inputs.hardware.spec
+    r = inputs.resolved
+    weight_only = False
+    if shape is not None:
+        moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family,
+                            all2all_of(inputs, role, shape)).value
+        weight_only = moe in r.engines.vllm.moe.weight_only.value
     return PerfContext(
         model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
-        kv_dtype=kv_dtype(inputs), draft_tokens=spec.draft_tokens if spec else 0,
+        kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
-        engram_gpus=max(1, engram_gpus), nic_gbps=hw.nic_gbps_per_gpu,
+        engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
+        moe_weight_only=weight_only,
+        nic_gbps=r.nic_gbps_per_gpu.value,
         ep_moe_slowdown=catalog.serving_calibration().get("ep_moe_slowdown", {}).get("value", 1.0))
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,
                          w: Workload) -> int:
-    """Requests of average length whose KV fits beside weights, Engram and workspace."""
-    mem = gpu_memory(inputs.model.spec, shape, inputs.system, kv_dtype(inputs), 0, engram_gpus,
-                     inputs.deployment.spec.serving.engram_placement == "hbm", uses_draft(inputs))
-    free = (inputs.system.gpu.hbm_gib.value - mem.total_gib) * arch.GIB
-    per_request = kv_bytes_per_token_per_gpu(inputs.model.spec, shape, kv_dtype(inputs)) \
+    """Requests of average length whose KV fits in the KV cache of the memory budget."""
+    free = gpu_budget(inputs, role, shape, engram_gpus).kv_gib * arch.GIB
+    per_request = kv_bytes_per_token_per_gpu(inputs.model.spec, shape,
+                                             inputs.resolved.kv_cache_dtype.value) \
         * (w.isl + w.osl)
     return max(0, int(free / per_request)) if per_request else MAX_DECODE_BATCH
 
@@ -85,7 +90,7 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
     out = []
     for x in plan:
         engram_gpus = prefill_gpus if x.role == "prefill" else x.shape.gpus
-        ctx = context(inputs, engram_gpus)
+        ctx = context(inputs, engram_gpus, x.role, x.shape)
         if x.role == "prefill":
             out.append(Group("prefill", x.shape, x.count, x.max_batch or PREFILL_MAX_SEQS,
                              x.max_batched_tokens or PREFILL_CHUNK_TOKENS, ctx))
@@ -100,39 +105,42 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
     return out
 
 
-def pool_tokens(inputs: Inputs, gs: list[Group]) -> float:
-    """KV tokens the prefix cache holds: the Mooncake pool (tray DRAM share plus spare prefill
-    HBM) when configured, else the prefill ranks' own HBM cache."""
-    per_token = arch.kv_bytes_per_token(inputs.model.spec, kv_dtype(inputs))
-    pool = inputs.deployment.spec.serving.kv_pool
-    racks, trays = layout(inputs.hardware, inputs.system)
-    dram = inputs.hardware.spec.dram_gib_per_tray or inputs.system.tray.dram_gib.value
+def pool_tokens(inputs: Inputs, gs: list[Group], pool_gib: float | None = None) -> float:
+    """KV tokens the prefix cache holds: the Mooncake pool (its DRAM segments, plus spare
+    prefill HBM where the store takes HBM segments) when configured, else the prefill ranks'
+    own HBM cache. `pool_gib`: the plan's pool, once lowered."""
+    r = inputs.resolved
+    per_token = arch.kv_bytes_per_token(inputs.model.spec, r.kv_cache_dtype.value)
     prefill = [g for g in gs if g.role in ("prefill", "aggregated")]
-    hbm_free = sum(g.gpus * max(0.0, spare_hbm_gib(inputs, g.shape, g.ctx.engram_gpus))
+    hbm_free = sum(g.gpus * max(0.0, gpu_budget(inputs, "prefill", g.shape,
+                                                g.ctx.engram_gpus).spare_gib)
                    for g in prefill)
-    if pool and pool.dram:
-        total = racks * trays * dram * pool.dram_fraction + (hbm_free if pool.hbm else 0.0)
+    if pool_gib is not None:
+        total = pool_gib
+    elif r.kv_pool_dram.value:
+        total = pool_dram_gib(inputs) + (hbm_free if r.kv_pool_hbm.value else 0.0)
     else:
         total = hbm_free
     return total * arch.GIB / per_token
 
 
-def spare_hbm_gib(inputs: Inputs, shape: Shape, engram_gpus: int) -> float:
-    """HBM a prefill GPU can lend to the pool after one maximum-length request's KV."""
-    mem = gpu_memory(inputs.model.spec, shape, inputs.system, kv_dtype(inputs),
-                     max_model_len(inputs), engram_gpus,
-                     inputs.deployment.spec.serving.engram_placement == "hbm", uses_draft(inputs))
-    return mem.spare_gib(inputs.system.gpu.hbm_gib.value)
+def pool_dram_gib(inputs: Inputs) -> float:
+    """The store's DRAM over every tray, at the requested share (the host budget may trim a
+    tray's segment; compiler.host_memory)."""
+    racks, trays = layout(inputs.hardware, inputs.system)
+    r = inputs.resolved
+    return racks * trays * r.dram_gib_per_tray.value * r.dram_fraction.value
 
 
 def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
-                   max_requests_per_s: float | None = None) -> Prediction:
+                   max_requests_per_s: float | None = None,
+                   pool_gib: float | None = None) -> Prediction:
     """Metrics of `plan` under the workload; `max_requests_per_s` caps admission (the rate at
     which the solver found the SLO still holds)."""
     w = w or workload(inputs)
     cap = max_requests_per_s / 1e6 if max_requests_per_s else float("inf")
     gs = groups(inputs, plan, w)
-    hit = prefix_hit_rate(w, pool_tokens(inputs, gs))
+    hit = prefix_hit_rate(w, pool_tokens(inputs, gs, pool_gib))
     gpus = sum(g.gpus for g in gs)
     power = inputs.system.gpu.power_w.value
     prefill = [g for g in gs if g.role == "prefill"]
@@ -142,7 +150,8 @@ def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None
     return predict_aggregated([g for g in gs if g.role != "prefill"], w, hit, power, gpus, cap)
 
 
-def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None) -> list[dict]:
+def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
+          pool_gib: float | None = None) -> list[dict]:
     """Throughput-interactivity curve: sweep the decode batch (concurrency follows) in powers
     of two up to what the KV cache holds, past the SLO's batch, so the trade-off shows."""
     w = w or workload(inputs)
@@ -153,16 +162,11 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None) -> list
     batch = 1
     while batch <= cap:
         limited = [replace(x, max_batch=batch) if x.role != "prefill" else x for x in plan]
-        p = predict_layout(inputs, limited, replace(w, concurrency=batch * ranks * 1.05))
+        p = predict_layout(inputs, limited, replace(w, concurrency=batch * ranks * 1.05),
+                           pool_gib=pool_gib)
         points.append({"batch": batch, "tokens_per_s_per_user_p50": p.tokens_per_s_per_user_p50,
                        "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                        "total_tokens_per_s_per_gpu": p.total_tokens_per_s_per_gpu})
         batch *= 2
     return points
 
-
-def prediction_json(p: Prediction) -> dict:
-    data = asdict(p)
-    ordered = {k: data[k] for k in PREDICT_KEYS}
-    ordered.update({k: v for k, v in data.items() if k not in ordered})
-    return ordered

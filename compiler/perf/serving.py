@@ -87,7 +87,8 @@ def _prefill_time(g: Group, new: float, cached: float) -> StepTime:
 def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) -> float:
     """Prefill-to-decode KV hand-off (NIXL): over NVLink inside a rack, else RDMA."""
     nbytes = tokens * arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype)
-    return comm.transfer_us(ctx.system, nbytes, "nvlink" if same_nvlink_domain else "rdma")
+    return comm.transfer_us(ctx.system, nbytes, "nvlink" if same_nvlink_domain else "rdma",
+                            ctx.nic_gbps)
 
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,

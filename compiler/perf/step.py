@@ -36,6 +36,8 @@ class PerfContext:
     acceptance: float = 1.0  # tokens emitted per step per request
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
+    engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
+    moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
     nic_gbps: float | None = None
     ep_moe_slowdown: float = 1.0  # fitted end to end (catalog calibration/serving.json)
 
@@ -193,10 +195,11 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     skew = _skew(local, per_expert, ctx.ep_moe_slowdown if shape.ep > 1 else 1.0)
     experts = _decode_expert_ops(ctx) if decode else ops
+    w_only = ctx.moe_weight_only
     st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter,
-                                               skew=skew, placement=place))
+                                               skew=skew, placement=place, weight_only=w_only))
     st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, inter, h,
-                                               skew=skew, placement=place))
+                                               skew=skew, placement=place, weight_only=w_only))
     if moe.shared_experts and shared_fraction > 0:
         width = moe.shared_experts * moe.expert_intermediate // shape.tp
         w = m.dtypes.weights
@@ -263,11 +266,15 @@ def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
 
 
 def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
-    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink."""
+    """Engram rows for every token: the local shard from HBM, the rest from peers over NVLink;
+    or, when the tables are in host memory, all of them over the CPU-GPU link (UVA reads)."""
     e = ctx.model.engram
     if not e:
         return
     nbytes = tokens * e.tables * ctx.model.hidden_size * ENGRAM_ROW_BYTES_PER_HIDDEN
+    if ctx.engram_host:
+        st.add("engram", comm.transfer_us(ctx.system, nbytes, "c2c"))
+        return
     local = nbytes / max(1, ctx.engram_gpus)
     st.add("engram", ctx.ops.copy(2 * local)
            + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))

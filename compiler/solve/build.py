@@ -84,7 +84,7 @@ def _pinned_candidate(inputs: Inputs, role: str, shape: Shape, w, hit: float,
         return cand.prefill_candidate(inputs, shape, w, hit, guess)
     c = cand.decode_candidate(inputs, shape, w, None, enforce_slo=False)
     return cand.Candidate(role, c.shape, c.requests_per_s, c.max_batch, c.max_batched_tokens,
-                          c.step_us, c.why_not)
+                          c.step_us, c.why_not, c.why)
 
 
 def _fastest_decode(inputs: Inputs, cands: list[cand.Candidate]) -> list[cand.Candidate]:

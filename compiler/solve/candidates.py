@@ -6,7 +6,7 @@ chunk size, divided by the new tokens per request, held below a utilisation that
 within its SLO. These are the numbers the count model trades against each other.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.load import Inputs
 from compiler.perf import serving
@@ -34,6 +34,7 @@ class Candidate:
     max_batched_tokens: int
     step_us: float
     why_not: str  # empty when usable
+    why: str = ""  # how its batch limit was chosen (the plan's decision)
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -46,7 +47,7 @@ def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workloa
 def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int | None,
                      enforce_slo: bool = True) -> Candidate:
     slo = inputs.deployment.spec.slo
-    ctx = context(inputs, shape.gpus)
+    ctx = context(inputs, shape.gpus, "decode", shape)
     cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, shape, "decode", shape.gpus, w))
     if batch_cap is not None:
         cap = min(cap, batch_cap)
@@ -70,7 +71,9 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
             hi = mid - 1
     step = decode_step(ctx, shape, lo, kv_len).us
     rps = shape.dp * lo * ctx.acceptance / step * 1e6 / w.osl
-    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "")
+    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within the KV that "
+           f"fits ({cap} requests)" if enforce_slo else f"the KV that fits ({cap} requests)")
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why)
 
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
@@ -79,12 +82,16 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
     SLO: smaller chunks finish sooner, larger ones use the GPU better."""
     options = [_prefill_at(inputs, shape, w, hit, engram_gpus, chunk)
                for chunk in PREFILL_CHUNKS]
-    return max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    best = max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    sizes = ", ".join(f"{c:,}" for c in PREFILL_CHUNKS)
+    return replace(best, why=f"of prefill chunks {sizes} tokens per rank, "
+                             f"{best.max_batched_tokens:,} sustains the most requests/s within "
+                             "the TTFT SLO (REFERENCE-DATA.md C1 V2 runs 16,384)")
 
 
 def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
                 chunk: int) -> Candidate:
-    ctx = context(inputs, engram_gpus)
+    ctx = context(inputs, engram_gpus, "prefill", shape)
     new, cached = w.isl * (1 - hit), w.isl * hit
     step = prefill_step(ctx, shape, chunk, max(1.0, new), cached).us
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")

@@ -10,8 +10,7 @@ import networkx as nx
 
 from compiler import arch, graph
 from compiler.load import Inputs
-from compiler.memory import gpu_memory
-from compiler.precheck import kv_dtype, max_model_len, uses_draft
+from compiler.memory import gpu_budget
 from compiler.shapes import Shape
 from compiler.solve.candidates import Candidate
 
@@ -63,14 +62,13 @@ class Problem:
     def prefill_base_gib(self, shape: Shape) -> float:
         """Per-GPU need of a prefill rank before its Engram shard: weights, one max-length
         request's KV (the HBM pool keeps only that), workspace."""
-        mem = gpu_memory(self.inputs.model.spec, shape, self.inputs.system, kv_dtype(self.inputs),
-                         max_model_len(self.inputs), 1, False, uses_draft(self.inputs))
-        return mem.total_gib
+        mem = gpu_budget(self.inputs, "prefill", shape, 1)
+        return mem.total_gib - mem.engram_gib
 
     @property
     def engram_gib(self) -> float:
-        if self.inputs.deployment.spec.serving.engram_placement != "hbm":
-            return 0.0
+        if not self.inputs.resolved.engram_in_hbm("prefill"):
+            return 0.0  # the engine keeps prefill's tables in host memory (compiler.resolve)
         return arch.engram_bytes(self.inputs.model.spec) / arch.GIB
 
     @property

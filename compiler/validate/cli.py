@@ -42,6 +42,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "ok": report.ok, "diagnostics": [d.to_dict() for d in report.diagnostics],
             "objects_schema_checked": report.checked_objects,
             "not_schema_checked": report.unchecked, "kustomize_built": report.built,
+            "capacity_not_checked": report.unchecked_resources,
             "rules": sorted(rules.RULES)}, indent=2) + "\n")
     else:
         _write(report.diagnostics)
@@ -49,6 +50,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             sys.stderr.write(f"note: not schema-checked (no CRD given): "
                              f"{', '.join(report.unchecked)}; pass --crds DIR or set "
                              "RACKC_CRDS to a folder of `kubectl get crd NAME -o yaml` files\n")
+        if report.unchecked_resources:
+            sys.stderr.write("note: per-node sums not checked for "
+                             f"{', '.join(report.unchecked_resources)}: the plan does not "
+                             "carry the nodes' capacity of it\n")
         if report.ok:
             print(f"ok: {len(rules.RULES)} controller-level rules hold, "
                   f"{report.checked_objects} objects schema-checked, kustomize built "

@@ -42,10 +42,16 @@ class Node:
     capacity: dict[str, Fraction] = field(hash=False, compare=False)
 
 
+def _site(plan: Plan) -> Any:
+    """The plan's site choices (`Plan.site`), where the plan has them."""
+    return getattr(plan, "site", None)
+
+
 def rdma_resource(plan: Plan) -> str | None:
     """The device-plugin resource the site names for the trays' RDMA devices, when the plan
     carries one."""
-    return getattr(plan.hardware, "rdma_resource", None)
+    site = _site(plan)
+    return site.rdma.resource if site is not None else None
 
 
 def is_rdma(resource: str, plan: Plan) -> bool:
@@ -60,7 +66,8 @@ def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     memory of the tray (the rack manifest's override, else the catalog's); the tray's RDMA
     devices under each RDMA resource name `requested` (is_rdma). Labels: the manifest's
     `node_labels` (less values GPU Feature Discovery cannot write), and those the kubelet sets
-    whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`)."""
+    whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`, and
+    `kubernetes.io/hostname` where the site says it is the node name)."""
     hw = plan.hardware
     system = catalog.system(hw.system)
     dram_gib = getattr(hw, "dram_gib_per_tray", None) or system.tray.dram_gib.value
@@ -68,6 +75,8 @@ def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     labels = {k: v for k, v in hw.node_labels.items()
               if k not in GFD_FORMATS or GFD_FORMATS[k].fullmatch(v)}
     labels.update({"kubernetes.io/arch": hw.arch, **OS_LABELS})
+    site = _site(plan)
+    hostname = site is not None and site.pin_by_hostname  # the user says they are equal
     down = set(hw.unavailable_gpus)
     out = []
     for tray in hw.trays:
@@ -80,7 +89,8 @@ def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
         for name in requested:
             if is_rdma(name, plan):
                 capacity[name] = Fraction(hw.rdma_devices_per_tray)
-        out.append(Node(tray.node_name, tray.id, labels, capacity))
+        own = {**labels, "kubernetes.io/hostname": tray.node_name} if hostname else labels
+        out.append(Node(tray.node_name, tray.id, own, capacity))
     return out
 
 

@@ -14,7 +14,8 @@ Rules and where their facts come from:
   node's capacity (GPUs of the tray less the unavailable ones, the tray's host memory, RDMA
   devices and CPU cores where the plan carries them).
 - host-ports-per-node: processes on one host (launch scripts on a tray, hostNetwork pods) must
-  not bind the same port: vLLM's API `--port` (default 8000) and NIXL's side channel
+  not bind the same port, and hostNetwork pods declare what they bind so that the scheduler
+  keeps them apart: vLLM's API `--port` (default 8000) and NIXL's side channel
   (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600, + the DP index: vLLM 0.33
   distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py).
 - selector-matches-node: every nodeSelector and required node affinity admits a node of the
@@ -30,8 +31,9 @@ Rules and where their facts come from:
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
-  attention backend, MoE backends per expert format, the environment of all-to-all backends
-  across trays) and the frontend's KV block size equal to the workers'.
+  attention backend, MoE backends per expert format and for the batched layout of DeepEP
+  low-latency, the environment of all-to-all backends across trays) and the frontend's KV
+  block size equal to the workers'.
 """
 
 import json
@@ -178,8 +180,14 @@ def _engine_ports(e: Engine) -> set[int]:
 
 
 def _local_ranks(e: Engine) -> int:
+    """DP ranks of the engine in this process: the GPUs it sees (CUDA_VISIBLE_DEVICES, else the
+    pod's GPU request) over its TP size, at most the DP size."""
     devices = e.env.get("CUDA_VISIBLE_DEVICES")
-    gpus = len(devices.split(",")) if devices else 1
+    if devices:
+        gpus = len(devices.split(","))
+    else:
+        asked = pods.demand(e.group.spec).get(pods.GPU) if e.group is not None else None
+        gpus = int(asked) if asked else 1
     tp = _int(e.flag("--tensor-parallel-size"), 1) or 1
     dp = _int(e.flag("--data-parallel-size"), 1)
     return max(1, min(dp, gpus // tp))
@@ -192,17 +200,66 @@ def _int(value: object, default: int) -> int:
         return default
 
 
-def _host_ports(g: PodGroup, engines: list[Engine]) -> tuple[int, ...]:
+def _declared_ports(g: PodGroup) -> set[int]:
+    """The host ports the scheduler knows of: hostPort, or every containerPort with
+    hostNetwork (the API server defaults hostPort to it)."""
+    key = "containerPort" if g.spec.get("hostNetwork") else "hostPort"
+    return {int(p[key]) for c in g.spec.get("containers") or [] for p in c.get("ports") or []
+            if isinstance(p, dict) and isinstance(p.get(key), int)}
+
+
+def _bound_ports(g: PodGroup, engines: list[Engine]) -> set[int]:
+    """What the pod's engines bind on the host, with hostNetwork."""
     if not g.spec.get("hostNetwork"):
-        declared = {int(p["hostPort"]) for c in g.spec.get("containers") or []
-                    for p in c.get("ports") or [] if isinstance(p.get("hostPort"), int)}
-        return tuple(sorted(declared))
-    ports = {int(p["containerPort"]) for c in g.spec.get("containers") or []
-             for p in c.get("ports") or [] if isinstance(p.get("containerPort"), int)}
-    for e in engines:
-        if e.group is g:
-            ports |= _engine_ports(e)
-    return tuple(sorted(ports))
+        return set()
+    return {p for e in engines if e.group is g for p in _engine_ports(e)}
+
+
+def _host_ports(g: PodGroup, engines: list[Engine]) -> tuple[int, ...]:
+    return tuple(sorted(_declared_ports(g) | _bound_ports(g, engines)))
+
+
+def _can_share(g: PodGroup, h: PodGroup, nodes: list[Node], plan: Plan) -> Node | None:
+    """A node both pods may run on at once, as far as their requests and channels go."""
+    if _claims_channel(g) and _claims_channel(h):
+        return None
+    asks = [pods.demand(g.spec), pods.demand(h.spec)]
+    for n in nodes:
+        if pods.mismatch(g.spec, n, True) is None and pods.mismatch(h.spec, n, True) is None \
+                and all(sum(a.get(r, Fraction(0)) for a in asks) <= cap
+                        for r, cap in n.capacity.items() if _rule_for(r, plan)):
+            return n
+    return None
+
+
+def _claims_channel(g: PodGroup) -> bool:
+    return any(rc.get("resourceClaimTemplateName") or rc.get("resourceClaimName")
+               for rc in g.spec.get("resourceClaims") or [] if isinstance(rc, dict))
+
+
+def undeclared_ports(ctx: Context) -> list[Finding]:
+    """hostNetwork pods whose engines bind a port the pod does not declare: the scheduler may
+    put two of them on one node, where the second cannot bind it."""
+    out = []
+    for b in ctx.bundles:
+        hidden = [(g, _bound_ports(g, b.engines) - _declared_ports(g)) for g in b.groups
+                  if g.pods]
+        for i, (g, ports) in enumerate(hidden):
+            for h, theirs in hidden[i:]:
+                both = sorted(ports & theirs)
+                if not both or (h is g and g.pods < 2):
+                    continue
+                node = _can_share(g, h, ctx.nodes, ctx.plan)
+                if node is not None:
+                    out.append(Finding(
+                        "host-ports-per-node", g.obj.file, g.obj.line_at(g.path), g.where,
+                        f"port{'s' if len(both) > 1 else ''} {', '.join(map(str, both))} "
+                        "declared as containerPort, so that the scheduler keeps pods binding "
+                        "them apart", f"undeclared, and {'two of its pods' if h is g else h.where}"
+                        f" may run on {node.name} together", "declare every port the engine "
+                        "binds with hostNetwork, or give each pod its own ports"))
+                    break
+    return out
 
 
 def _family_rule(family: str, plan: Plan) -> str | None:
@@ -213,7 +270,7 @@ def _family_rule(family: str, plan: Plan) -> str | None:
 
 
 def _shortfall_finding(s: placement.Shortfall, groups: list[PodGroup], nodes: list[Node],
-                       rule: str, demands: list[placement.Demand]) -> Finding:
+                       rule: str) -> Finding:
     blamed = [groups[k] for k in s.keys]
     first = blamed[0] if blamed else groups[0]
     where = "; ".join(f"{g.where} ({g.pods} pods)" for g in blamed)
@@ -265,7 +322,7 @@ def placement_rules(ctx: Context) -> list[Finding]:
         for s in placement.shortfalls(demands, ctx.nodes):
             rule = _family_rule(s.family, ctx.plan)
             if rule:
-                out.append(_shortfall_finding(s, groups, ctx.nodes, rule, demands))
+                out.append(_shortfall_finding(s, groups, ctx.nodes, rule))
     return out
 
 
@@ -425,6 +482,10 @@ def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
 
 
 def _expert_format(facts: Any, plan: Plan) -> str:
+    """How the engine loads the routed experts: the plan's choice where it records one."""
+    chosen = getattr(plan.model, "expert_format", None)
+    if chosen:
+        return chosen
     if plan.model.experts_dtype != "fp4":
         return plan.model.experts_dtype
     fmt = facts.vllm.moe.fp4_format.get(plan.model.architecture)
@@ -434,11 +495,8 @@ def _expert_format(facts: Any, plan: Plan) -> str:
 def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     facts = facts if facts is not None else _engines_catalog()
     out = []
-    worker_blocks = set()
     for e in _all_engines(ctx):
         block = _int(e.flag("--block-size"), 0)
-        if block:
-            worker_blocks.add(block)
         backend = e.flag("--attention-backend")
         if facts is not None and backend and block:
             sizes = _kernel_block_sizes(facts, backend)
@@ -458,6 +516,14 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
                                    accepts.source))
         a2a = e.flag("--all2all-backend")
+        if facts is not None and moe and a2a and ctx.plan.model.moe and \
+                a2a in facts.vllm.all2all.batched_layout.value:
+            batched = facts.vllm.moe.batched.get(_expert_format(facts, ctx.plan))
+            if batched is not None and moe not in batched.value:
+                out.append(Finding("engine-capability", e.file, e.line, e.where,
+                                   f"a --moe-backend with a kernel for {a2a}'s batched "
+                                   f"activations ({', '.join(batched.value)})",
+                                   f"--moe-backend {moe}", batched.source))
         if facts is not None and a2a and _spans_trays(e, ctx.plan):
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):
@@ -466,6 +532,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                        f"{key}={value} for {a2a} across trays",
                                        f"{key}={e.env.get(key)}", need.source))
     for b in ctx.bundles:
+        worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
         for g in b.groups:
             for c in g.spec.get("containers") or []:
                 words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
@@ -507,9 +574,18 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "rdma-transport": "E829",
     "engine-capability": "E830",
 }
-CHECKS: tuple[Callable[[Context], list[Finding]], ...] = (
-    selector_matches_node, placement_rules, script_ports, connector_env, rdma_transport,
-    engine_capability)
+_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
+                        "node-memory", "host-ports-per-node"})
+# Each check and the rules it can break: only those a caller asks for are run.
+CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = (
+    (selector_matches_node, frozenset({"selector-matches-node"})),
+    (placement_rules, _PLACEMENT),
+    (script_ports, frozenset({"host-ports-per-node"})),
+    (undeclared_ports, frozenset({"host-ports-per-node"})),
+    (connector_env, frozenset({"connector-env"})),
+    (rdma_transport, frozenset({"rdma-transport"})),
+    (engine_capability, frozenset({"engine-capability"})),
+)
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).
 ENFORCED: frozenset[str] = frozenset({
@@ -527,8 +603,18 @@ def findings(plan: Plan, files: Mapping[str, str | bytes],
     if not wanted:
         return []
     ctx = context(plan, files)
-    out = [f for check_ in CHECKS for f in check_(ctx) if f.rule in wanted]
+    out = [f for check_, breaks in CHECKS if breaks & wanted for f in check_(ctx)
+           if f.rule in wanted]
     return sorted(set(out), key=lambda f: (f.file, f.line, f.rule, f.where, f.got))
+
+
+def unchecked_resources(plan: Plan, files: Mapping[str, str | bytes]) -> list[str]:
+    """Resources pods request whose node capacity the plan does not tell (CPU cores, a
+    device plugin rackc does not know): no rule checks their sums."""
+    ctx = context(plan, files)
+    known = {r for n in ctx.nodes for r in n.capacity}
+    return sorted({r for b in ctx.bundles for g in b.groups if g.pods
+                   for r, v in pods.demand(g.spec).items() if v > 0 and r not in known})
 
 
 def diagnostic(f: Finding) -> Diagnostic:

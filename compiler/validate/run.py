@@ -29,6 +29,7 @@ TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".md", ".txt")
 class Report:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)  # kinds without a CRD
+    unchecked_resources: list[str] = field(default_factory=list)  # capacity unknown
     checked_objects: int = 0
     built: list[str] = field(default_factory=list)  # folders kustomize built
 
@@ -110,16 +111,17 @@ def _schema_diagnostics(obj: bundle.Obj, known: crds.Crds, report: Report) -> No
             message))
 
 
-def _rule_diagnostics(plan, files: dict[str, str | bytes]) -> list[Diagnostic]:
+def _rules(plan, files: dict[str, str | bytes], report: "Report") -> None:
     """The controller-level rules read objects of the shapes rackc writes; an OUT edited into
     other shapes gets one diagnostic here, beside the schema errors that say where."""
     try:
-        return rules.check(plan, files)
+        report.diagnostics += rules.check(plan, files)
+        report.unchecked_resources = rules.unchecked_resources(plan, files)
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-        return [Diagnostic("error", "E805", "OUT", 0, 0, "controller-level rules",
-                           "objects of the shapes rackc compile writes",
-                           f"{type(exc).__name__}: {exc}"[:200],
-                           "fix the schema errors first, or compile OUT again")]
+        report.diagnostics.append(Diagnostic(
+            "error", "E805", "OUT", 0, 0, "controller-level rules",
+            "objects of the shapes rackc compile writes", f"{type(exc).__name__}: {exc}"[:200],
+            "fix the schema errors first, or compile OUT again"))
 
 
 def validate(out: Path, crd_dir: Path | None = None) -> Report:
@@ -130,7 +132,7 @@ def validate(out: Path, crd_dir: Path | None = None) -> Report:
     known = crds.load_crds(folder) if folder is not None else {}
     report = Report()
     files = _unreadable(files, report)
-    report.diagnostics += _rule_diagnostics(plan, files)
+    _rules(plan, files, report)
     for name in SCHEMA_FOLDERS:
         for obj in bundle.objects(files, name):
             _schema_diagnostics(obj, known, report)

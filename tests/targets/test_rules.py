@@ -42,12 +42,14 @@ def value(argv: list[str], flag: str) -> str | None:
     return emitted.flag_value(argv, flag)
 
 
-def test_rubin_kernels_and_all2all():
+def test_rubin_kernels_and_all2all_are_the_plans():
     plan = vr_nvl72_plan()
     prefill, decode = flags(plan, "prefill"), flags(plan, "decode")
     assert value(prefill, "--all2all-backend") == "deepep_high_throughput"
     assert value(decode, "--all2all-backend") == "deepep_low_latency"
-    assert value(decode, "--moe-backend") == "flashinfer_cutedsl"  # FP4 experts
+    assert value(prefill, "--moe-backend") == "flashinfer_trtllm"  # MXFP4, standard layout
+    assert value(decode, "--moe-backend") == "marlin"  # MXFP4, DeepEP LL's batched layout
+    assert value(decode, "--block-size") == "128"
     assert value(decode, "--linear-backend") == "deep_gemm"  # FP8 dense weights
     assert value(decode, "--attention-backend") == "FLASHINFER_MLA_SPARSE_DSV41"
     assert value(decode, "--kv-cache-dtype") == "fp8"
@@ -80,20 +82,19 @@ def plan_with(plan, **changes):
     return plan.model_copy(update=changes)
 
 
-def test_prefill_peer_group_is_served_from_host_memory():
-    plan = vr_nvl72_plan()
-    shards = [s.model_copy(update={"group": "prefill"}) if s.group.startswith("prefill") else s
-              for s in plan.engram_shards]
-    scripts = emitted.scripts(TARGETS["vllm"](plan_with(plan, engram_shards=shards)))
+def test_engram_config_is_the_instances_placement():
+    scripts = emitted.scripts(TARGETS["vllm"](vr_nvl72_plan()))
     prefill = [s for s in scripts if s.instance.startswith("prefill")]
+    decode = [s for s in scripts if s.instance.startswith("decode")]
     assert prefill and all(s.flag("--engram-config") == '{"cpu_offload":true}' for s in prefill)
+    assert decode and all(s.flag("--engram-config") ==
+                          '{"cpu_offload":false,"embedding_across_dp":true}' for s in decode)
 
 
 def test_refuses_an_instance_holding_another_group():
     plan = vr_nvl72_plan()
-    shards = [s.model_copy(update={"group": "decode-00"}) if s.group.startswith("prefill") else s
-              for s in plan.engram_shards]
-    with pytest.raises(TargetError, match=r"engram_shards: instance prefill-00 .*'decode-00'"):
+    shards = [s.model_copy(update={"group": "prefill"}) for s in plan.engram_shards]
+    with pytest.raises(TargetError, match=r"engram_shards: instance decode-00 .*'decode-00'"):
         TARGETS["vllm"](plan_with(plan, engram_shards=shards))
 
 

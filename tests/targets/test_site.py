@@ -12,7 +12,7 @@ from compiler import catalog, site
 from compiler.plan import Plan
 from schemas.site import Site
 from tests.targets import emitted
-from tests.targets.fixtures import ALL_CASES
+from tests.targets.fixtures import ALL_CASES, host_reserve
 
 CASES = sorted(ALL_CASES)
 BUNDLES = ("k8s", "lws")
@@ -31,9 +31,9 @@ def files(case: str) -> dict[str, str]:
 
 def with_site(plan: Plan, cfg: Site) -> Plan:
     """The plan re-lowered with other site inputs."""
-    checkpoint = site.checkpoint_bytes(catalog.model(plan.model.name).spec)
-    new = site.lower_site(cfg, checkpoint, plan.hardware, plan.model, plan.instances,
-                          plan.kv_pool, plan.engram_shards, plan.serving.engram_placement)
+    capacity = next(iter(plan.host_memory.values())).capacity_gib
+    new = site.lower_site(cfg, catalog.model(plan.model.name).spec, plan.hardware,
+                          plan.instances, plan.kv_pool, host_reserve(capacity))
     return plan.model_copy(update={"site": new})
 
 

@@ -107,3 +107,44 @@ def test_v41_flash_marks_unstated_numbers_assumed():
     sources = catalog.model("deepseek-v4.1-flash").spec.sources
     assert sources[""].startswith("assumed")
     assert "SYSTEM.md" in sources["moe"]
+
+
+def _facts(node, path=""):
+    """(path, source) of every sourced fact in an engine capability file."""
+    if isinstance(node, dict):
+        if "source" in node:
+            yield path, node["source"]
+        for key, value in node.items():
+            if key != "source":
+                yield from _facts(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _facts(value, f"{path}[{i}]")
+
+
+ENGINE_SOURCE_FILES = __import__("re").compile(r"([\w./]+\.(?:py|cpp))")
+
+
+@pytest.mark.parametrize("name", catalog.ENGINE_FILES)
+def test_every_engine_fact_names_its_source(name: str):
+    facts = list(_facts(yaml.safe_load(catalog.engine_text(name))))
+    assert facts
+    for path, source in facts:
+        assert source.startswith("assumed") or ENGINE_SOURCE_FILES.search(source) or \
+            "SYSTEM.md" in source, (path, source)
+
+
+def test_vllm_facts_cite_files_of_the_pinned_vllm():
+    """The engine sources are files of the installed vLLM 0.33 (the conformance venv)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = sorted(root.glob(".venv-vllm033/lib/python*/site-packages/vllm"))
+    if not found:
+        pytest.skip("the pinned vLLM venv is not built (tests/conformance/make_venvs.sh)")
+    vllm = found[0]
+    cited = {m for _, s in _facts(yaml.safe_load(catalog.engine_text("vllm")))
+             for m in ENGINE_SOURCE_FILES.findall(s)}
+    assert cited
+    missing = [c for c in cited if not (vllm / c).is_file()]
+    assert not missing, missing

@@ -7,7 +7,7 @@ import pytest
 from compiler import arch, catalog
 from compiler.graph import build_graph
 from compiler.load import load_inputs
-from compiler.memory import weights_gib_per_gpu
+from compiler.memory import gpu_budget, weights_gib_per_gpu
 from compiler.precheck import precheck
 from compiler.shapes import candidate_shapes, parse_shape
 
@@ -43,12 +43,50 @@ def test_h200_example_fits_only_from_eight_gpus():
     assert pre.ok
 
 
-def test_vr_example_engram_share_of_prefill_is_spread_over_the_rack():
+def test_vr_example_prefill_keeps_engram_in_host_memory_decode_in_its_own_hbm():
+    """vLLM 0.33 cannot shard Engram across instances: the prefill peer group of SYSTEM.md
+    falls back to host tables (no HBM share), decode shards over its own GPUs."""
     inputs = load_inputs(EXAMPLES / "vr-nvl72-deepseek-v4.1-flash" / "deployment.yaml")
+    prefill = gpu_budget(inputs, "prefill", parse_shape("DEP2"), 72)
+    decode = gpu_budget(inputs, "decode", parse_shape("DEP2"), 2)
+    assert prefill.engram_gib == 0.0
+    assert decode.engram_gib == pytest.approx(2 * 94.4 / 2, rel=1e-3)
     pre = precheck(inputs, build_graph(inputs))
-    dep2 = {f.role: f for f in pre.fits if f.shape.name == "DEP2"}
-    engram_decode = 2 * 94.4 / 2
-    engram_prefill = 2 * 94.4 / 72
-    gap = dep2["decode"].total_gib_per_gpu - dep2["prefill"].total_gib_per_gpu
-    assert gap == pytest.approx(engram_decode - engram_prefill)
-    assert dep2["prefill"].fits
+    assert {f.role: f.fits for f in pre.fits if f.shape.name == "DEP2"} == {
+        "prefill": True, "decode": True}
+
+
+def _glm_deployment(tmp_path: Path, max_model_len: int) -> Path:
+    (tmp_path / "rack.yaml").write_text(
+        "apiVersion: rackc.dev/v1alpha1\nkind: Rack\nmetadata: {name: h}\n"
+        "spec: {system: hgx-h200, trays: 2}\n")
+    path = tmp_path / "deployment.yaml"
+    path.write_text(
+        "apiVersion: rackc.dev/v1alpha1\nkind: Deployment\nmetadata: {name: glm}\n"
+        "spec:\n  rack: rack.yaml\n  model: glm-4.5\n  workload: {profile: chat}\n"
+        f"  serving: {{max_model_len: {max_model_len}}}\n")
+    return path
+
+
+@pytest.mark.parametrize("max_model_len", [8192, 65536, 69632, 100352, 131072])
+def test_a_shape_precheck_passes_holds_one_max_length_request(tmp_path, max_model_len):
+    """One budget: whatever precheck lets through keeps at least one maximum-length request's
+    KV in the memory map (glm-4.5 DEP8 at 69,632 tokens used to pass with less)."""
+    inputs = load_inputs(_glm_deployment(tmp_path, max_model_len))
+    pre = precheck(inputs, build_graph(inputs))
+    checked = 0
+    for f in pre.fits:
+        if not f.fits:
+            continue
+        mem = gpu_budget(inputs, f.role, f.shape, 16 if f.role == "prefill" else f.shape.gpus)
+        assert mem.kv_gib >= mem.kv_min_gib - 1e-9, (f.role, f.shape.name)
+        assert mem.budget_gib + mem.reserved_gib <= mem.capacity_gib + 1e-9
+        checked += 1
+    assert checked
+
+
+def test_glm_dep8_at_69632_tokens_does_not_fit_on_h200(tmp_path):
+    inputs = load_inputs(_glm_deployment(tmp_path, 69632))
+    pre = precheck(inputs, build_graph(inputs))
+    assert {f.role: f.fits for f in pre.fits if f.shape.name == "DEP8"} == {
+        "prefill": False, "decode": False}

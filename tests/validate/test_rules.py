@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from compiler.validate import placement, rules
+from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
 
 from .bundles import GB300, HGX, VR, compiled, component, edit, main
@@ -70,7 +70,7 @@ def test_two_pods_per_node_each_claiming_a_channel_stay_pending(example):
     assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
     _channel_pods(plan, files, per_node=2)
     [finding] = [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
-    assert finding.where.startswith("DynamoGraphDeployment/") and "components[2]" in finding.where
+    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-dep2)" in finding.where
     assert "4 channel claims for 2 nodes" in finding.got
     assert "2 pods would stay Pending" in finding.hint
     assert rules.diagnostic(finding).render().startswith(
@@ -207,14 +207,31 @@ def test_launch_scripts_on_one_node_bind_distinct_ports():
     assert "ports 5600, 5601, 8000" in finding.got
 
 
+def _declare(spec: dict, ports: list[int]) -> None:
+    main(spec)["ports"] = [{"containerPort": p} for p in ports]
+
+
 def test_host_network_pods_on_one_node_bind_distinct_ports():
     plan, files = compiled(HGX)
     _sized(plan, files, lambda spec: spec.update(hostNetwork=False))
     assert not fired(plan, files, "host-ports-per-node")
+    # two pods that bind (and declare) the same ports, pinned to one node: one stays Pending
     node = node_names(plan, 1)
-    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), pin(spec, node)))
+    ports = [8000, *range(5600, 5608)]
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), pin(spec, node),
+                                      _declare(spec, ports)))
     [finding] = fired(plan, files, "host-ports-per-node")
     assert "prefill" in finding.where and "bound once per node" in finding.expected
+
+
+def test_host_network_ports_are_declared_so_the_scheduler_keeps_pods_apart():
+    plan, files = compiled(HGX)
+    ports = [8000, *range(5600, 5608)]  # the API port and NIXL's 5600 + DP index, DP8
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), _declare(spec, ports)))
+    assert not fired(plan, files, "host-ports-per-node")
+    _sized(plan, files, lambda spec: (spec.update(hostNetwork=True), _declare(spec, [8000])))
+    [finding] = fired(plan, files, "host-ports-per-node")
+    assert "5600" in finding.expected and "two of its pods may run on" in finding.got
 
 
 # --- selector-matches-node ------------------------------------------------------------------
@@ -235,6 +252,16 @@ def test_selectors_must_match_a_node_of_the_manifest(selector, why):
     _sized(plan, files, lambda spec: (spec.pop("affinity"), spec.update(selector)))
     [finding] = [f for f in fired(plan, files, "selector-matches-node") if "prefill" in f.where]
     assert finding.where.startswith("DynamoGraphDeployment/") and why in finding.hint
+
+
+def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
+    plan, _ = compiled(VR)
+    site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"))
+    with_site = SimpleNamespace(hardware=plan.hardware, site=site)
+    [first, *_] = pods.nodes(with_site, ("rdma/ib", "rdma/other"))
+    assert first.labels["kubernetes.io/hostname"] == first.name
+    assert "rdma/ib" in first.capacity and "rdma/other" not in first.capacity
+    assert "kubernetes.io/hostname" not in pods.nodes(plan)[0].labels
 
 
 def test_node_labels_of_the_manifest_match():
@@ -317,8 +344,9 @@ FACTS = SimpleNamespace(vllm=SimpleNamespace(
     attention=SimpleNamespace(kernel_block_sizes={"FLASHINFER_MLA_SPARSE_DSV41": _fact([128])}),
     moe=SimpleNamespace(fp4_format={"DeepseekV41ForCausalLM": _fact("mxfp4")},
                         fp4_format_default=_fact("nvfp4"),
-                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])}),
-    all2all=SimpleNamespace(multi_node_nvlink_env={
+                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])},
+                        batched={"mxfp4": _fact(["marlin"])}),
+    all2all=SimpleNamespace(batched_layout=_fact(["deepep_low_latency"]), multi_node_nvlink_env={
         "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})))
 
 
@@ -360,7 +388,12 @@ def test_engine_capabilities():
     assert "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=None" in text  # the DEP32 decode spans trays
     assert "--kv-cache-block-size 128" in text
     decode = [f for f in found if "MNNVL" in f.got]
-    assert all("decode" in f.where or "components[1]" in f.where for f in decode), decode
+    assert decode and all("decode" in f.where for f in decode), decode
+    # DeepEP low-latency hands the experts batched activations: Marlin has a kernel, TRT-LLM not
+    found = _engine(plan, files, "256", "flashinfer_trtllm", "256", mnnvl=True)
+    assert [f.expected.split(" (")[0] for f in found] == [
+        "a --moe-backend with a kernel for deepep_low_latency's batched activations"]
+    assert "decode" in found[0].where
 
 
 def test_engine_capability_reads_the_catalog_when_it_has_engines():
@@ -375,9 +408,23 @@ def test_engine_capability_reads_the_catalog_when_it_has_engines():
 
 # --- the registry ---------------------------------------------------------------------------
 
-def test_every_rule_has_a_code_and_enforced_rules_exist():
+def test_every_rule_has_a_code_and_a_check():
     assert set(rules.RULES) >= rules.ENFORCED
     assert len(set(rules.RULES.values())) == len(rules.RULES)
+    assert set().union(*(breaks for _, breaks in rules.CHECKS)) == set(rules.RULES)
+
+
+def test_only_the_checks_of_the_rules_asked_for_run(monkeypatch):
+    """compile asks for the enforced rules only: a check of another rule is not run."""
+    def boom(ctx):
+        raise AssertionError("ran")
+    checks = tuple((boom if fn is rules.engine_capability else fn, breaks)
+                   for fn, breaks in rules.CHECKS)
+    monkeypatch.setattr(rules, "CHECKS", checks)
+    plan, files = compiled(HGX)
+    assert rules.check(plan, files, ["node-gpus"]) == []
+    with pytest.raises(AssertionError, match="ran"):
+        rules.check(plan, files, ["engine-capability"])
 
 
 @pytest.mark.parametrize("example", [VR, GB300, HGX])

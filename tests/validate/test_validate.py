@@ -36,17 +36,14 @@ def out(compiled_out, tmp_path):
     return copy
 
 
-@pytest.fixture(autouse=True)
-def no_crds_from_the_environment(monkeypatch):
-    monkeypatch.delenv("RACKC_CRDS", raising=False)
-
-
 def validate(capsys, *args: str) -> tuple[int, dict]:
     rc = cli.main(["validate", *args, "--format", "json"])
     return rc, json.loads(capsys.readouterr().out)
 
 
-def test_without_crds_custom_kinds_are_listed_and_the_rest_is_checked(compiled_out, capsys):
+def test_without_crds_custom_kinds_are_listed_and_the_rest_is_checked(compiled_out, capsys,
+                                                                       monkeypatch):
+    monkeypatch.delenv("RACKC_CRDS", raising=False)
     rc, report = validate(capsys, str(compiled_out))
     assert set(report["not_schema_checked"]) == CUSTOM_KINDS
     codes = {d["code"] for d in report["diagnostics"]}
@@ -165,3 +162,11 @@ def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(tmp_path,
     if not any(f"[{rule}]" in err for rule in rules.RULES):
         pytest.skip("the VR bundle breaks no rule any more: nothing to refuse")
     assert rc == 3 and not out.exists()
+
+
+def test_requests_whose_node_capacity_is_unknown_are_named(out, capsys):
+    """The plan has no CPU cores per tray: CPU sums are not checked, and the report says so."""
+    _edit(out / "k8s/mooncake.yaml", "Deployment", lambda d: d["spec"]["template"]["spec"][
+        "containers"][0].update(resources={"requests": {"cpu": "2"}}))
+    _, report = validate(capsys, str(out))
+    assert report["capacity_not_checked"] == ["cpu"]

@@ -10,6 +10,7 @@ export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
+export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_ENGINE_READY_TIMEOUT_S=2040
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t16
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5572
@@ -22,10 +23,10 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --max-num-seqs 64 \
   --max-num-batched-tokens 384 \
   --max-model-len 131072 \
-  --block-size 64 \
-  --gpu-memory-utilization 0.99 \
+  --block-size 128 \
+  --gpu-memory-utilization 0.98 \
   --kv-cache-dtype fp8 \
-  --moe-backend flashinfer_cutedsl \
+  --moe-backend marlin \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \

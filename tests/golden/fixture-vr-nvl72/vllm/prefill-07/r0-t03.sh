@@ -19,14 +19,14 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --max-num-seqs 8 \
   --max-num-batched-tokens 16384 \
   --max-model-len 131072 \
-  --block-size 64 \
-  --gpu-memory-utilization 0.99 \
+  --block-size 128 \
+  --gpu-memory-utilization 0.98 \
   --kv-cache-dtype fp8 \
-  --moe-backend flashinfer_cutedsl \
+  --moe-backend flashinfer_trtllm \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
-  --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
+  --engram-config '{"cpu_offload":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --port 8002 \
   --enable-auto-tool-choice \

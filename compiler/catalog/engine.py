@@ -1,0 +1,131 @@
+"""The engine capability contract: what the pinned vLLM, Dynamo and Mooncake can run, each fact
+with the engine source it was read from (`catalog/engines/*.yaml`)."""
+
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+Family = Literal["blackwell", "hopper", "any"]
+ExpertFormat = Literal["mxfp4", "nvfp4", "fp8", "bf16"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fact(_Strict, Generic[T]):
+    value: T
+    source: str = Field(min_length=3, description="Engine file (and symbol), or 'assumed: why'")
+
+
+class AttentionPick(_Strict):
+    match: str  # an architecture, or an attention kind: sparse_mla | mla | gqa
+    blackwell: str
+    hopper: str
+    source: str = Field(min_length=3)
+
+
+class Attention(_Strict):
+    select: list[AttentionPick]
+    kernel_block_sizes: dict[str, Fact[list[int]]]
+    default_block_size: Fact[int]
+
+
+class MoePick(_Strict):
+    family: Family
+    format: ExpertFormat
+    layout: Literal["standard", "batched", "any"]
+    value: str
+    source: str = Field(min_length=3)
+
+
+class Moe(_Strict):
+    fp4_format: dict[str, Fact[Literal["mxfp4", "nvfp4"]]]
+    fp4_format_default: Fact[Literal["mxfp4", "nvfp4"]]
+    accepts: dict[str, Fact[list[str]]]
+    batched: dict[str, Fact[list[str]]]
+    prefer: list[MoePick]
+    weight_only: Fact[list[str]]
+    draft_inherits: Fact[bool]
+
+
+class LinearPick(_Strict):
+    family: Family
+    dtype: str
+    value: str
+    source: str = Field(min_length=3)
+
+
+class Linear(_Strict):
+    prefer: list[LinearPick]
+
+
+class All2All(_Strict):
+    decode: Fact[str]
+    prefill_one_node: Fact[str]
+    prefill_multi_node_nvlink: Fact[str]
+    prefill_multi_node_rdma: Fact[str]
+    multi_node_nvlink_env: dict[str, Fact[dict[str, str]]]
+    batched_layout: Fact[list[str]]
+
+
+class EngineMemory(_Strict):
+    nixl_gib: Fact[float]
+    redundancy_gib: Fact[float]
+    deepep_nvl_gib: Fact[float]
+    deepep_rdma_gib: Fact[float]
+    deepep_ll_rdma_gib: Fact[float]
+
+
+class Engram(_Strict):
+    shard_across_instances: Fact[bool]
+    host_copy_per_node: Fact[bool]
+
+
+class KvConnectors(_Strict):
+    disaggregated: Fact[str]
+    store: Fact[str]
+    combine: Fact[str]
+    env: dict[str, Fact[list[str]]]
+
+
+class Vllm(_Strict):
+    name: Literal["vllm"]
+    version: str
+    attention: Attention
+    moe: Moe
+    linear: Linear
+    all2all: All2All
+    memory: EngineMemory
+    engram: Engram
+    kv_connectors: KvConnectors
+
+
+class Router(_Strict):
+    block_size_matches_worker: Fact[bool]
+
+
+class Dynamo(_Strict):
+    name: Literal["dynamo"]
+    version: str
+    router: Router
+
+
+class Store(_Strict):
+    hbm_segment: Fact[bool]
+    local_buffer_gib: Fact[float]
+
+
+class Mooncake(_Strict):
+    name: Literal["mooncake"]
+    version: str
+    store: Store
+
+
+class Engines(_Strict):
+    """The three pinned engines the targets emit for."""
+
+    vllm: Vllm
+    dynamo: Dynamo
+    mooncake: Mooncake

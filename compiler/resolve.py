@@ -1,0 +1,351 @@
+"""Pass 2: every default and catalog choice, made once, with its decision.
+
+`load` checks what the user wrote; `resolve` fills in what they did not (the model's KV dtype,
+the attention backend's block size, the catalog's NIC rate...) and holds the engine
+capabilities (`catalog/engines/`) the later passes obey. Where the system design (SYSTEM.md)
+asks for more than the pinned engine runs, the choice is the engine's fallback, and its
+decision says so (`rule:engine-capability`). No other pass re-derives any of these.
+"""
+
+import hashlib
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from compiler import catalog
+from compiler.catalog.engine import Engines
+from compiler.catalog.system import System
+from compiler.plan import Decision
+from compiler.shapes import Shape
+from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
+from schemas.source import SourceMap
+
+T = TypeVar("T")
+CAPABILITY = "rule:engine-capability"
+BLACKWELL_FAMILY = ("blackwell", "rubin")  # Rubin runs the sm100f kernels (SYSTEM.md)
+
+
+@dataclass(frozen=True)
+class Choice(Generic[T]):
+    path: str  # where it lands in the plan
+    value: T
+    source: str  # user | default | catalog | rule:<id>
+    why: str
+
+    def decision(self) -> Decision:
+        value = self.value
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        return Decision(path=self.path, value=str(value), source=self.source, why=self.why)
+
+
+@dataclass(frozen=True)
+class HostReserve:
+    """Host memory that is not the pool's, per tray (GiB)."""
+
+    os_gib: float  # kernel, kubelet, system daemons
+    process_gib_per_rank: float  # one engine process: Python, CUDA host state, pinned staging
+    mooncake_buffer_gib_per_rank: float  # the store client's transfer buffer
+
+
+OS_RESERVE_FRACTION = 0.05  # assumed: left to the OS and kubelet on each tray
+PROCESS_GIB_PER_RANK = 24.0  # assumed: a vLLM rank's host RSS (weights staging, CUDA, Python)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    kv_cache_dtype: Choice[str]
+    max_model_len: Choice[int]
+    block_size: Choice[int]
+    attention_backend: Choice[str]
+    expert_format: Choice[str]
+    linear_backend: Choice[str | None]
+    draft_moe_backend: Choice[str] | None  # how the draft's experts get their kernels
+    engram_placement: Choice[str]  # what the deployment asks for
+    engram_prefill: Choice[str]  # where prefill instances keep Engram: hbm | host | none
+    engram_decode: Choice[str]
+    kv_pool_dram: Choice[bool]
+    kv_pool_hbm: Choice[bool]
+    dram_fraction: Choice[float]
+    nic_gbps_per_gpu: Choice[float]
+    dram_gib_per_tray: Choice[float]
+    rdma_devices_per_tray: Choice[int]
+    gpu_reserve_gib: Choice[float]  # per GPU, outside --gpu-memory-utilization
+    host: HostReserve
+    uses_draft: bool
+    engines: Engines
+    digest: str  # the inputs and every catalog file used
+
+    def choices(self) -> list[Choice]:
+        return [v for v in vars(self).values() if isinstance(v, Choice)]
+
+    def engram_in_hbm(self, role: str) -> bool:
+        placement = self.engram_prefill if role == "prefill" else self.engram_decode
+        return placement.value == "hbm"
+
+    def all2all(self, role: str, nodes: int, multi_node_nvlink: bool) -> Choice[str]:
+        """The DP+EP dispatch backend of an instance spanning `nodes` trays."""
+        a = self.engines.vllm.all2all
+        if role == "decode":
+            fact, why = a.decode, "decode dispatch"
+        elif nodes == 1:
+            fact, why = a.prefill_one_node, "prefill inside one node"
+        elif multi_node_nvlink:
+            fact, why = a.prefill_multi_node_nvlink, "prefill across trays of one NVLink domain"
+        else:
+            fact, why = a.prefill_multi_node_rdma, "prefill across nodes over RDMA"
+        return Choice("all2all_backend", fact.value, "catalog", f"{why} ({fact.source})")
+
+    def all2all_env(self, backend: str, nodes: int, multi_node_nvlink: bool
+                    ) -> Choice[dict[str, str]]:
+        env = self.engines.vllm.all2all.multi_node_nvlink_env.get(backend)
+        if env is None or nodes == 1 or not multi_node_nvlink:
+            return Choice("env", {}, "catalog", "no extra environment")
+        return Choice("env", dict(env.value), CAPABILITY,
+                      f"{backend} across trays must be told to use MNNVL ({env.source})")
+
+    def batched(self, all2all: str | None) -> bool:
+        return all2all in self.engines.vllm.all2all.batched_layout.value
+
+    def moe_backend(self, moe: bool, family: str, all2all: str | None) -> Choice[str | None]:
+        """The expert kernels for the checkpoint's format and the dispatch's activation layout."""
+        if not moe or self.expert_format.value == "bf16":
+            return Choice("moe_backend", None, "default", "vLLM's own choice for BF16 experts")
+        m = self.engines.vllm.moe
+        fmt, layout = self.expert_format.value, ("batched" if self.batched(all2all)
+                                                  else "standard")
+        fam = "blackwell" if family in BLACKWELL_FAMILY else "hopper"
+        for pick in m.prefer:
+            if pick.family in (fam, "any") and pick.format == fmt and pick.layout in (layout,
+                                                                                     "any"):
+                ok = pick.value in m.accepts[fmt].value and (
+                    layout == "standard" or pick.value in m.batched[fmt].value)
+                if ok:
+                    fallback = fmt == "mxfp4" and fam == "blackwell"
+                    why = (f"{fmt} experts, {layout} activations ({pick.source})"
+                           + ("; SYSTEM.md's NVFP4 flashinfer_cutedsl does not load MXFP4 ("
+                              f"{m.accepts[fmt].source})" if fallback else ""))
+                    return Choice("moe_backend", pick.value, CAPABILITY if fallback
+                                  else "catalog", why)
+        return Choice("moe_backend", None, "default",
+                      f"no listed backend for {fmt} {layout} experts on {family}: vLLM picks")
+
+    def kv_connectors(self, role: str) -> Choice[list[str]]:
+        """P/D instances hand KV over with NIXL; with the pool, the Mooncake store rides along
+        (MultiConnector); aggregated ones only use the store."""
+        c = self.engines.vllm.kv_connectors
+        chosen = []
+        if role in ("prefill", "decode"):
+            chosen.append(c.disaggregated)
+        if self.kv_pool_dram.value:
+            chosen.append(c.store)
+        names = [f.value for f in chosen]
+        why = "; ".join(f.source for f in chosen) or "no P/D hand-off and no pool"
+        if len(chosen) > 1:
+            why += f"; together in {c.combine.value} ({c.combine.source})"
+        return Choice("kv_connectors", names, "catalog", why)
+
+    def connector_env(self, connectors: list[str]) -> list[str]:
+        """The environment variables the connectors read (the targets set them)."""
+        env = self.engines.vllm.kv_connectors.env
+        return sorted({v for n in connectors if n in env for v in env[n].value})
+
+    def engine_buffers_gib(self, all2all: str | None, nodes: int) -> float:
+        """DeepEP's buffers, allocated inside the engine's budget before the profile run."""
+        mem = self.engines.vllm.memory
+        if all2all == "deepep_low_latency":
+            return mem.deepep_nvl_gib.value + mem.deepep_ll_rdma_gib.value
+        if all2all == "deepep_high_throughput":
+            return mem.deepep_nvl_gib.value + (mem.deepep_rdma_gib.value if nodes > 1 else 0.0)
+        return 0.0
+
+
+def nodes_of(shape: Shape, system: System) -> int:
+    """Trays an instance spans: whole trays once it outgrows one (the placement's rule)."""
+    per = system.gpus_per_tray
+    return max(1, -(-shape.gpus // per))
+
+
+def is_multi_node_nvlink(system: System, nodes: int) -> bool:
+    return system.form == "nvl72" and nodes > 1
+
+
+def _given(src: SourceMap, *path: str) -> bool:
+    return tuple(path) in src.values
+
+
+def _user(src: SourceMap, path: str, value, default_value, why_default: str,
+          source: str = "default") -> Choice:
+    keys = tuple(path.split("."))
+    if _given(src, "spec", *keys):
+        return Choice(path, value, "user", "written in the deployment")
+    return Choice(path, default_value, source, why_default)
+
+
+def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
+            sources: dict[str, SourceMap], digest: str) -> Resolved:
+    s, m, hw = dep.spec.serving, model.spec, hardware.spec
+    src, engines = sources["deployment"], catalog.engines()
+    family = system.gpu.family
+    kv = Choice("serving.kv_cache_dtype", s.kv_cache_dtype or m.dtypes.kv_cache,
+                "user" if s.kv_cache_dtype else "default",
+                "written in the deployment" if s.kv_cache_dtype else "the model's KV dtype")
+    length = Choice("serving.max_model_len", s.max_model_len or m.max_context_tokens,
+                    "user" if s.max_model_len else "default",
+                    "written in the deployment" if s.max_model_len
+                    else "the model's context length")
+    backend = _attention(engines, m.architecture, m.attention.kind,
+                         m.attention.indexer is not None, family)
+    pool = s.kv_pool
+    return Resolved(
+        kv_cache_dtype=kv, max_model_len=length,
+        block_size=_block_size(engines, backend.value, s.block_size),
+        attention_backend=backend,
+        expert_format=_expert_format(engines, model),
+        linear_backend=_linear(engines, m.dtypes.weights, family),
+        draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
+        engram_placement=_user(src, "serving.engram_placement", s.engram_placement,
+                               s.engram_placement, "Engram tables live in HBM (SYSTEM.md)"),
+        engram_prefill=_engram_prefill(engines, model, s.engram_placement),
+        engram_decode=Choice("engram.decode", _engram_kind(model, s.engram_placement), "catalog",
+                             "sharded over the instance's own ranks "
+                             f"({engines.vllm.engram.shard_across_instances.source})"),
+        kv_pool_dram=Choice("kv_pool.dram", bool(pool and pool.dram),
+                            "user" if pool else "default",
+                            "written in the deployment" if pool else "no kv_pool: no store"),
+        kv_pool_hbm=_pool_hbm(engines, bool(pool and pool.hbm)),
+        dram_fraction=Choice("kv_pool.dram_fraction", pool.dram_fraction if pool else 0.0,
+                             "user" if pool else "default", "the store's share of tray DRAM"),
+        nic_gbps_per_gpu=_override("hardware.nic_gbps_per_gpu", hw.nic_gbps_per_gpu,
+                                   system.tray.nic_gbps_per_gpu),
+        dram_gib_per_tray=_override("hardware.dram_gib_per_tray", hw.dram_gib_per_tray,
+                                    system.tray.dram_gib),
+        rdma_devices_per_tray=Choice(
+            "hardware.rdma_devices_per_tray", hw.rdma_devices_per_tray or system.gpus_per_tray,
+            "user" if hw.rdma_devices_per_tray else "default",
+            "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
+        gpu_reserve_gib=_gpu_reserve(engines, system),
+        host=HostReserve(OS_RESERVE_FRACTION * (hw.dram_gib_per_tray or system.tray.dram_gib.value),
+                         PROCESS_GIB_PER_RANK, engines.mooncake.store.local_buffer_gib.value),
+        uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
+        engines=engines,
+        digest=_digest(digest, dep, hardware, model),
+    )
+
+
+def _override(path: str, given: float | None, fact) -> Choice[float]:
+    if given is not None:
+        return Choice(path, float(given), "user", "written in the rack")
+    return Choice(path, float(fact.value), "catalog", fact.source)
+
+
+def _attention(e: Engines, architecture: str, kind: str, sparse: bool,
+               family: str) -> Choice[str]:
+    key = "sparse_mla" if kind == "mla" and sparse else ("mla" if kind == "mla" else "gqa")
+    picks = {p.match: p for p in e.vllm.attention.select}
+    pick = picks.get(architecture) or picks[key]
+    value = pick.blackwell if family in BLACKWELL_FAMILY else pick.hopper
+    return Choice("serving.attention_backend", value, "catalog", pick.source)
+
+
+def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
+    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others).
+    The user's value is checked in load (check_block_size)."""
+    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
+    if given is not None:
+        return Choice("serving.block_size", given, "user", "written in the deployment")
+    if kernel is None:
+        d = e.vllm.attention.default_block_size
+        return Choice("serving.block_size", d.value, "default", d.source)
+    return Choice("serving.block_size", max(64, min(kernel.value)), "rule:kernel-block",
+                  f"{backend}'s kernel block ({kernel.source}), at least 64 tokens for the KV "
+                  "router's prefix hashing")
+
+
+def kernel_block_problem(backend: str, block: int) -> str | None:
+    """Why `block` does not run on `backend` (None when it does)."""
+    kernel = catalog.engines().vllm.attention.kernel_block_sizes.get(backend)
+    if kernel is None or any(block % k == 0 for k in kernel.value):
+        return None
+    return (f"{backend} runs kernel blocks of {kernel.value} tokens and vLLM needs a multiple "
+            f"({kernel.source})")
+
+
+def _expert_format(e: Engines, model: ModelV1) -> Choice[str]:
+    d = model.spec.dtypes.experts
+    if d != "fp4":
+        return Choice("model.expert_format", d, "catalog", "the model's expert dtype")
+    fact = e.vllm.moe.fp4_format.get(model.spec.architecture, e.vllm.moe.fp4_format_default)
+    return Choice("model.expert_format", fact.value, "catalog", fact.source)
+
+
+def _linear(e: Engines, dtype: str, family: str) -> Choice[str | None]:
+    fam = "blackwell" if family in BLACKWELL_FAMILY else "hopper"
+    for p in e.vllm.linear.prefer:
+        if p.family in (fam, "any") and p.dtype == dtype:
+            return Choice("serving.linear_backend", p.value, "catalog", p.source)
+    return Choice("serving.linear_backend", None, "default", f"vLLM's choice for {dtype}")
+
+
+def _draft_moe(e: Engines, model: ModelV1, speculative: bool) -> Choice[str] | None:
+    if not (speculative and model.spec.draft and model.spec.moe):
+        return None
+    fact = e.vllm.moe.draft_inherits
+    if not fact.value:
+        raise ValueError("catalog/engines/vllm.yaml: a draft that does not inherit "
+                         "--moe-backend needs its own backend choice")
+    return Choice("speculative.moe_backend", "inherits --moe-backend", "catalog",
+                  f"the draft's experts load in the target's format, so each engine's "
+                  f"--moe-backend fits them too ({fact.source})")
+
+
+def _engram_kind(model: ModelV1, placement: str) -> str:
+    if not model.spec.engram:
+        return "none"
+    return "hbm" if placement == "hbm" else "host"
+
+
+def _engram_prefill(e: Engines, model: ModelV1, placement: str) -> Choice[str]:
+    kind = _engram_kind(model, placement)
+    fact = e.vllm.engram.shard_across_instances
+    if kind != "hbm":
+        return Choice("engram.prefill", kind, "default", "no Engram, or placement dram")
+    if fact.value:
+        return Choice("engram.prefill", "hbm", "catalog",
+                      f"peer group over prefill ({fact.source})")
+    return Choice("engram.prefill", "host", CAPABILITY,
+                  "SYSTEM.md shards the tables over every prefill GPU, but vLLM "
+                  f"{e.vllm.version} cannot shard Engram across instances ({fact.source}): "
+                  "prefill reads them from pinned host memory, one copy per node "
+                  f"({e.vllm.engram.host_copy_per_node.source})")
+
+
+def _pool_hbm(e: Engines, wanted: bool) -> Choice[bool]:
+    fact = e.mooncake.store.hbm_segment
+    if not wanted:
+        return Choice("kv_pool.hbm", False, "default", "no HBM pool asked for")
+    if fact.value:
+        return Choice("kv_pool.hbm", True, "user", "written in the deployment")
+    return Choice("kv_pool.hbm", False, CAPABILITY,
+                  f"Mooncake {e.mooncake.version} cannot take an HBM segment ({fact.source}): "
+                  "the prefill ranks' spare HBM stays their own KV (prefix) cache")
+
+
+def _gpu_reserve(e: Engines, system: System) -> Choice[float]:
+    r = system.reserve
+    value = r.runtime_gib.value + r.nccl_gib.value + e.vllm.memory.nixl_gib.value
+    return Choice("memory.reserved_gib", round(value, 3), "catalog",
+                  f"CUDA context ({r.runtime_gib.source}) + NCCL ({r.nccl_gib.source}) + NIXL "
+                  f"({e.vllm.memory.nixl_gib.source}): in use before the engine's memory "
+                  "snapshot, so outside --gpu-memory-utilization")
+
+
+def _digest(inputs_digest: str, dep: DeploymentV1, hardware: RackV1 | ClusterV1,
+            model: ModelV1) -> str:
+    """The inputs' texts plus every catalog file the compile reads."""
+    name = hardware.spec.system
+    parts = [inputs_digest, catalog.system_text(name),
+             catalog.workload_text(dep.spec.workload.profile),
+             *(catalog.engine_text(n) for n in catalog.ENGINE_FILES)]
+    for path in (catalog.calibration_path(name), catalog.calibration_path("serving")):
+        parts.append(path.read_text() if path.exists() else "")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
