@@ -11,8 +11,9 @@ aliases, complex keys, deep nesting, huge files, long lines, unicode, undecodabl
 
 `rackc check --format json|text` runs in-process in worker processes (the CLI's own `main`,
 with strict UTF-8 stdout); a case that overruns `--timeout` is a hang (its worker is killed and
-replaced). Every `--compile-every`-th case also runs `rackc compile -o OUT` in a subprocess:
-exit 0 must leave OUT/plan.yaml, any other exit must leave no OUT (a partial output otherwise).
+replaced). Every `--compile-every`-th case, and every fifth of that among the cases whose check
+passed, also runs `rackc compile -o OUT` in a subprocess: exit 0 must leave OUT/plan.yaml and
+its manifest, any other exit must leave no OUT (a partial output otherwise).
 
 Usage: python benchmarks/fuzz.py [--cases 10000] [--seed 0] [--workers 2] [--compile-every 100]
        python benchmarks/fuzz.py --show K [--seed 0]   (write case K to ./fuzz-case-K, run it)
@@ -28,6 +29,7 @@ import multiprocessing
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -40,6 +42,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from compiler.output_dir import MANIFEST  # noqa: E402  (the file compile -o writes last)
+
 EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "deployment.yaml").exists())
 CHECK_EXITS = (0, 2, 3)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -478,13 +483,23 @@ def run_compile(folder: Path, timeout: float) -> dict:
     if proc.returncode == 70 or "Traceback (most recent call last)" in proc.stderr:
         return {"outcome": "traceback", "where": "compile: " + _where(proc.stderr)}
     if proc.returncode == 0:
-        return {"outcome": "compiled"} if (out / "plan.yaml").is_file() else \
-            {"outcome": "partial output", "where": "exit 0 without out/plan.yaml"}
+        whole = (out / "plan.yaml").is_file() and (out / MANIFEST).is_file()
+        return {"outcome": "compiled"} if whole else \
+            {"outcome": "partial output", "where": "exit 0 without plan.yaml and manifest"}
     if proc.returncode not in CHECK_EXITS:
         return {"outcome": "bad exit", "where": f"compile exit {proc.returncode}"}
-    if os.path.lexists(out) or any(p.name.startswith(".out") for p in folder.iterdir()):
+    leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".out")
+                 and not p.name.endswith("rackc-lock")]  # staging folders beside OUT
+    if os.path.lexists(out) or leftovers:
         return {"outcome": "partial output", "where": f"compile exit {proc.returncode} left out/"}
     return {"outcome": "diagnosed"}
+
+
+def _compiles(index: int, every: int, checked_ok: bool) -> bool:
+    """Every `every`-th case, and every (`every` / 5)-th case whose check passed (those reach
+    the solver and the targets)."""
+    return bool(every) and (index % every == 0
+                            or (checked_ok and index % max(1, every // 5) == 0))
 
 
 def run_case(seed: int, index: int, compile_every: int, timeout: float, root: Path) -> dict:
@@ -499,24 +514,22 @@ def run_case(seed: int, index: int, compile_every: int, timeout: float, root: Pa
     finally:
         os.chdir(here)
     result.update(index=index, mutations=applied, seconds=time.perf_counter() - start)
-    if compile_every and index % compile_every == 0:
+    if _compiles(index, compile_every, result["outcome"] == "ok"):
         result["compile"] = run_compile(folder, timeout * 6)
     shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
-def _worker(conn: Connection, seed: int, compile_every: int, timeout: float) -> None:
+def _worker(conn: Connection, seed: int, compile_every: int, timeout: float,
+            tmp: Path) -> None:
     from compiler import api, cli  # noqa: F401  (imported once, before the first case)
 
-    root = Path(tempfile.mkdtemp(prefix="rackc-fuzz-"))
-    try:
-        while True:
-            index = conn.recv()
-            if index is None:
-                return
-            conn.send(run_case(seed, index, compile_every, timeout, root))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(dir=tmp))  # the parent removes `tmp`, even after a kill
+    while True:
+        index = conn.recv()
+        if index is None:
+            return
+        conn.send(run_case(seed, index, compile_every, timeout, root))
 
 
 class Worker:
@@ -539,20 +552,31 @@ class Worker:
 
 def fuzz(cases: int, seed: int, workers: int, compile_every: int, timeout: float) -> list[dict]:
     ctx = multiprocessing.get_context("fork")
-    args = (seed, compile_every, timeout)
+    tmp = Path(tempfile.mkdtemp(prefix="rackc-fuzz-"))
+    try:
+        return _run(ctx, (seed, compile_every, timeout, tmp), cases, workers)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(ctx: multiprocessing.context.BaseContext, args: tuple, cases: int,
+         workers: int) -> list[dict]:
+    compile_every, timeout = args[1], args[2]
     pool = [Worker(ctx, args) for _ in range(workers)]
     todo, results = list(range(cases)), []
     while todo or any(w.index is not None for w in pool):
         for w in pool:
             if w.index is None and todo:
                 index = todo.pop(0)
-                w.give(index, timeout * (8 if compile_every and index % compile_every == 0
-                                         else 1) + 30 * (index < workers))
+                w.give(index, timeout * (8 if _compiles(index, compile_every, True) else 1)
+                       + 30 * (index < workers))
         ready = wait([w.conn for w in pool if w.index is not None], timeout=0.5)
         for w in list(pool):
             if w.index is None:
                 continue
             if w.conn in ready:
+                if len(results) % 1000 == 999:
+                    print(f"fuzz: {len(results) + 1}/{cases} cases", file=sys.stderr)
                 try:
                     results.append(w.conn.recv())
                 except EOFError:  # the worker died: a crash of the interpreter itself
@@ -594,6 +618,7 @@ def summary(results: list[dict], seconds: float) -> dict:
         "compile_diagnosed": compiles["diagnosed"],
         "partial_outputs": compiles["partial output"],
         "seconds": round(seconds, 1),
+        "cpu_seconds": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 1),
         "slowest_check_s": round(max((r.get("seconds", 0) for r in results), default=0), 3),
         "codes": dict(Counter(c for r in results for c in r.get("codes", ())).most_common()),
         "mutations": dict(Counter(m for r in results for m in r.get("mutations", ()))
@@ -627,7 +652,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.show is not None:
         return show(args.seed, args.show)
-    sys.path.insert(0, str(ROOT))
     from compiler import api, cli  # noqa: F401  (the workers fork with them imported)
 
     start = time.perf_counter()

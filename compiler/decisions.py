@@ -4,7 +4,6 @@ the host budget); this module only gathers them."""
 
 from compiler.load import Inputs
 from compiler.plan import Decision, Instance
-from compiler.resolve import Choice
 from compiler.solve import Solution
 
 
@@ -31,12 +30,6 @@ def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
                         "engine shapes, if any, could not serve this deployment)")
 
 
-def from_deployment(inputs: Inputs, path: str, value: object, why_default: str) -> Decision:
-    given = _given(inputs, "spec", *path.split("."))
-    return Decision(path=path, value=str(value), source="user" if given else "default",
-                    why="written in the deployment" if given else why_default)
-
-
 def _instance(inputs: Inputs, sol: Solution, inst: Instance) -> list[Decision]:
     c = next(x for x in sol.problem.candidates
              if x.shape.name == inst.shape and x.role == inst.role)
@@ -61,16 +54,8 @@ def _instance(inputs: Inputs, sol: Solution, inst: Instance) -> list[Decision]:
 def decisions(inputs: Inputs, sol: Solution, instances: list[Instance],
               made: list[Decision]) -> list[Decision]:
     """`made`: the decisions lower and the host budget took while building the plan."""
-    r = inputs.resolved
-    spec = inputs.deployment.spec
-    out = [c.decision() for c in r.choices() if isinstance(c, Choice)]
-    out += [
-        from_deployment(inputs, "objective.mode", spec.objective.mode,
-                         "throughput under the SLO is the default objective"),
-        from_deployment(inputs, "serving.routing", spec.serving.routing.policy,
-                         "KV-aware routing: least uncached work (SYSTEM.md)"),
-        _shapes_decision(inputs, sol),
-    ]
+    out = [c.decision() for c in inputs.resolved.choices()]
+    out.append(_shapes_decision(inputs, sol))
     for inst in instances:
         out += _instance(inputs, sol, inst)
     return sorted(out + made, key=lambda d: d.path)

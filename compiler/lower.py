@@ -68,6 +68,7 @@ def _serving(inputs: Inputs) -> Serving:
                    kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
                    max_model_len=r.max_model_len.value,
                    attention_backend=r.attention_backend.value,
+                   attention_options=r.attention_options.value,
                    linear_backend=r.linear_backend.value, speculative=spec,
                    engram_placement=r.engram_placement.value)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, model_serializer
 from schemas.source import checked_events
 
 PLAN_API = "rackc.dev/v1alpha1"
-PLAN_MAX_BYTES = 32 << 20  # a 64-rack plan.yaml is about 5 MiB (78 KiB per NVL72 rack)
+PLAN_MAX_BYTES = 32 << 20  # the plan.yaml of 64 Vera Rubin NVL72 racks is 2.1 MiB
 Role = Literal["prefill", "decode", "aggregated"]
 Source = str  # "user" | "default" | "solver" | "rule:<id>"
 
@@ -73,6 +73,7 @@ class Serving(Frozen):
     block_size: int  # a multiple of the attention backend's kernel block
     max_model_len: int
     attention_backend: str
+    attention_options: dict[str, str]  # -ac.KEY=VALUE
     linear_backend: str | None
     speculative: Speculative | None
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for

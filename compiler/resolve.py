@@ -35,6 +35,8 @@ class Choice(Generic[T]):
         value = self.value
         if isinstance(value, dict):
             value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        elif isinstance(value, float):
+            value = f"{value:g}"
         return Decision(path=self.path, value=str(value), source=self.source, why=self.why)
 
 
@@ -57,6 +59,7 @@ class Resolved:
     max_model_len: Choice[int]
     block_size: Choice[int]
     attention_backend: Choice[str]
+    attention_options: Choice[dict[str, str]]  # -ac.KEY=VALUE
     expert_format: Choice[str]
     linear_backend: Choice[str | None]
     draft_moe_backend: Choice[str] | None  # how the draft's experts get their kernels
@@ -70,13 +73,23 @@ class Resolved:
     dram_gib_per_tray: Choice[float]
     rdma_devices_per_tray: Choice[int]
     gpu_reserve_gib: Choice[float]  # per GPU, outside --gpu-memory-utilization
+    workload: tuple[Choice[float], ...]  # the request mix: the profile's, or the user's
+    objective_mode: Choice[str]
+    routing_policy: Choice[str]
     host: HostReserve
     uses_draft: bool
     engines: Engines
     digest: str  # the inputs and every catalog file used
 
     def choices(self) -> list[Choice]:
-        return [v for v in vars(self).values() if isinstance(v, Choice)]
+        out = []
+        for v in vars(self).values():
+            out += [v] if isinstance(v, Choice) else \
+                [c for c in v if isinstance(c, Choice)] if isinstance(v, tuple) else []
+        return out
+
+    def workload_value(self, name: str) -> float:
+        return next(c.value for c in self.workload if c.path == f"workload.{name}")
 
     def engram_in_hbm(self, role: str) -> bool:
         placement = self.engram_prefill if role == "prefill" else self.engram_decode
@@ -173,12 +186,11 @@ def _given(src: SourceMap, *path: str) -> bool:
     return tuple(path) in src.values
 
 
-def _user(src: SourceMap, path: str, value, default_value, why_default: str,
-          source: str = "default") -> Choice:
-    keys = tuple(path.split("."))
-    if _given(src, "spec", *keys):
+def _user(src: SourceMap, path: str, value, why_default: str) -> Choice:
+    """A deployment field with a schema default: the user's when written, else the default."""
+    if _given(src, "spec", *path.split(".")):
         return Choice(path, value, "user", "written in the deployment")
-    return Choice(path, default_value, source, why_default)
+    return Choice(path, value, "default", why_default)
 
 
 def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
@@ -200,11 +212,13 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         kv_cache_dtype=kv, max_model_len=length,
         block_size=_block_size(engines, backend.value, s.block_size),
         attention_backend=backend,
+        attention_options=_attention_options(engines, m.attention.kind,
+                                             m.attention.indexer is not None, family, kv.value),
         expert_format=_expert_format(engines, model),
         linear_backend=_linear(engines, m.dtypes.weights, family),
         draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
         engram_placement=_user(src, "serving.engram_placement", s.engram_placement,
-                               s.engram_placement, "Engram tables live in HBM (SYSTEM.md)"),
+                               "Engram tables live in HBM (SYSTEM.md)"),
         engram_prefill=_engram_prefill(engines, model, s.engram_placement),
         engram_decode=Choice("engram.decode", _engram_kind(model, s.engram_placement), "catalog",
                              "sharded over the instance's own ranks "
@@ -224,12 +238,34 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
             "user" if hw.rdma_devices_per_tray else "default",
             "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
         gpu_reserve_gib=_gpu_reserve(engines, system),
+        workload=_workload(dep),
+        objective_mode=_user(src, "objective.mode", dep.spec.objective.mode,
+                             "throughput under the SLO is the default objective"),
+        routing_policy=_user(src, "serving.routing", s.routing.policy,
+                             "KV-aware routing: least uncached work (SYSTEM.md)"),
         host=HostReserve(OS_RESERVE_FRACTION * (hw.dram_gib_per_tray or system.tray.dram_gib.value),
                          PROCESS_GIB_PER_RANK, engines.mooncake.store.local_buffer_gib.value),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
         engines=engines,
         digest=_digest(digest, dep, hardware, model),
     )
+
+
+WORKLOAD_FIELDS = ("isl", "osl", "isl_cv", "osl_cv", "concurrency", "prefix_reuse",
+                   "shared_prefix_tokens", "sessions")
+
+
+def _workload(dep: DeploymentV1) -> tuple[Choice[float], ...]:
+    given, profile = dep.spec.workload, catalog.workload(dep.spec.workload.profile)
+    out = []
+    for name in WORKLOAD_FIELDS:
+        value = getattr(given, name, None)
+        fact = getattr(profile, name)
+        out.append(Choice(f"workload.{name}", float(value), "user", "written in the deployment")
+                   if value is not None else
+                   Choice(f"workload.{name}", float(fact.value), "catalog",
+                          f"the {profile.name} profile: {fact.source}"))
+    return tuple(out)
 
 
 def _override(path: str, given: float | None, fact) -> Choice[float]:
@@ -245,6 +281,18 @@ def _attention(e: Engines, architecture: str, kind: str, sparse: bool,
     pick = picks.get(architecture) or picks[key]
     value = pick.blackwell if family in BLACKWELL_FAMILY else pick.hopper
     return Choice("serving.attention_backend", value, "catalog", pick.source)
+
+
+def _attention_options(e: Engines, kind: str, sparse: bool, family: str,
+                       kv_dtype: str) -> Choice[dict[str, str]]:
+    a = e.vllm.attention
+    if kind != "mla" or sparse or family not in BLACKWELL_FAMILY:
+        return Choice("serving.attention_options", {}, "default",
+                      "only dense MLA on Blackwell takes the TRT-LLM ragged prefill")
+    facts = [a.dense_mla_prefill_blackwell] + ([a.dense_mla_prefill_fp8_kv]
+                                               if kv_dtype == "fp8" else [])
+    return Choice("serving.attention_options", {k: v for f in facts for k, v in f.value.items()},
+                  "catalog", "; ".join(f.source for f in facts))
 
 
 def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:

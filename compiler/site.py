@@ -174,23 +174,27 @@ def parsers(model_name: str) -> Parsers:
                    dynamo_tool_call=d.get("tool_call"), dynamo_reasoning=d.get("reasoning"))
 
 
+def _from_deployment(inputs: "Inputs", path: str, value: object, why_default: str) -> Decision:
+    given = ("spec", *path.split(".")) in inputs.sources["deployment"].values
+    return Decision(path=path, value=str(value), source="user" if given else "default",
+                    why="written in the deployment" if given else why_default)
+
+
 def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
     """Why each site choice is what it is: the user's, or the default and where it is from."""
-    from compiler.decisions import from_deployment
-
     cache, images = site.model_cache, site.images
     given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
     out = [
-        from_deployment(inputs, "site.images.dynamo", images.dynamo,
+        _from_deployment(inputs, "site.images.dynamo", images.dynamo,
                         "Dynamo's NGC vLLM runtime of dynamo_version; it must hold vLLM "
                         "serving.vllm_version (the stock 1.6.1 image has 0.31.0)"),
-        from_deployment(inputs, "site.images.vllm", images.vllm,
+        _from_deployment(inputs, "site.images.vllm", images.vllm,
                         "the vLLM release the flags are written for"),
-        from_deployment(inputs, "site.rdma.transport", site.rdma.transport,
+        _from_deployment(inputs, "site.rdma.transport", site.rdma.transport,
                         "KV transfer and the pool over RDMA; TCP only by choice"),
-        from_deployment(inputs, "site.rdma.resource", site.rdma.resource,
+        _from_deployment(inputs, "site.rdma.resource", site.rdma.resource,
                         "the RDMA device plugin resource of Dynamo's wide-EP recipes and llm-d"),
-        from_deployment(inputs, "site.model_cache", f"{cache.kind}:{cache.source}",
+        _from_deployment(inputs, "site.model_cache", f"{cache.kind}:{cache.source}",
                         "a host directory per node, filled once per node"),
         Decision(path="site.model_cache.engine_ready_timeout_s",
                  value=str(cache.engine_ready_timeout_s),

@@ -27,8 +27,6 @@ MASTER_PORT = 29500
 # Mooncake and vLLM's prefix hashing need one seed on every instance sharing the store.
 PYTHONHASHSEED = "0"
 
-BLACKWELL_FAMILY = ("blackwell", "rubin")  # Rubin (sm107) runs sm100f kernels (SYSTEM.md)
-
 
 def check_vllm_version(plan: Plan) -> None:
     if ".".join(plan.serving.vllm_version.split(".")[:2]) not in SUPPORTED_VLLM:
@@ -54,16 +52,9 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
 
 
 def attention_flags(plan: Plan) -> list[str]:
-    model, fp8_kv = plan.model, plan.serving.kv_cache_dtype == "fp8"
-    flags = ["--attention-backend", plan.serving.attention_backend]
-    # The dense-MLA prefill path of SYSTEM.md (TRT-LLM ragged kernels, Blackwell only); the
-    # sparse-MLA models attend through their own backend and never read these options.
-    dense_mla = model.attention == "mla" and not model.sparse_attention
-    if dense_mla and plan.hardware.gpu_family in BLACKWELL_FAMILY:
-        flags += ["-ac.mla_prefill_backend=TRTLLM_RAGGED"]
-        if fp8_kv:
-            flags += ["-ac.use_prefill_query_quantization=true"]
-    return flags
+    """The backend and its options (dense MLA on Blackwell: the TRT-LLM ragged prefill)."""
+    return ["--attention-backend", plan.serving.attention_backend,
+            *(f"-ac.{k}={v}" for k, v in plan.serving.attention_options.items())]
 
 
 def kernel_flags(plan: Plan, instance: Instance) -> list[str]:

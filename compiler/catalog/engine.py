@@ -29,6 +29,8 @@ class AttentionPick(_Strict):
 class Attention(_Strict):
     select: list[AttentionPick]
     kernel_block_sizes: dict[str, Fact[list[int]]]
+    dense_mla_prefill_blackwell: Fact[dict[str, str]]
+    dense_mla_prefill_fp8_kv: Fact[dict[str, str]]
     default_block_size: Fact[int]
 
 

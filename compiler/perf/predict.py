@@ -36,16 +36,9 @@ class Layout:
 
 
 def workload(inputs: Inputs) -> Workload:
-    p, o = inputs.profile, inputs.deployment.spec.workload
-
-    def pick(name: str) -> float:
-        given = getattr(o, name)
-        return given if given is not None else getattr(p, name).value
-
-    return Workload(isl=pick("isl"), osl=pick("osl"), isl_cv=p.isl_cv.value,
-                    osl_cv=p.osl_cv.value, concurrency=pick("concurrency"),
-                    prefix_reuse=pick("prefix_reuse"),
-                    shared_prefix_tokens=pick("shared_prefix_tokens"), sessions=pick("sessions"))
+    """The request mix compiler.resolve chose (the profile's numbers, or the user's)."""
+    r = inputs.resolved
+    return Workload(**{c.path.split(".", 1)[1]: c.value for c in r.workload})
 
 
 @functools.cache

@@ -13,14 +13,15 @@ def domain_memory(p: Problem, role: str, shape: Shape, prefill_gpus: int) -> Dom
 
 
 def split(mem: GpuBudget, domains: int) -> DomainMemory:
+    """Per domain, rounded to MiB-ish; the reserve takes the rounding so the parts sum to the
+    capacity (the budget's KV is what is left, so unrounded they do exactly)."""
     d = domains
-    return DomainMemory(weights_gib=round(mem.weights_gib / d, 3),
-                        kv_gib=round(mem.kv_gib / d, 3),
-                        engram_gib=round(mem.engram_gib / d, 3),
-                        pool_gib=round(mem.pool_gib / d, 3),
-                        workspace_gib=round(mem.workspace_gib / d, 3),
-                        reserved_gib=round((mem.capacity_gib - mem.budget_gib) / d, 3),
-                        capacity_gib=round(mem.capacity_gib / d, 3))
+    parts = {"weights_gib": round(mem.weights_gib / d, 3), "kv_gib": round(mem.kv_gib / d, 3),
+             "engram_gib": round(mem.engram_gib / d, 3), "pool_gib": round(mem.pool_gib / d, 3),
+             "workspace_gib": round(mem.workspace_gib / d, 3)}
+    capacity = round(mem.capacity_gib / d, 3)
+    return DomainMemory(**parts, reserved_gib=round(capacity - sum(parts.values()), 3),
+                        capacity_gib=capacity)
 
 
 def total_gib(m: DomainMemory) -> float:

@@ -218,7 +218,8 @@ def vr_serving() -> Serving:
     return Serving(name="dsv41-flash", namespace="dsv41", vllm_version="0.33.0",
                    kv_cache_dtype="fp8",
                    block_size=128, max_model_len=131072,
-                   attention_backend="FLASHINFER_MLA_SPARSE_DSV41", linear_backend="deep_gemm",
+                   attention_backend="FLASHINFER_MLA_SPARSE_DSV41", attention_options={},
+                   linear_backend="deep_gemm",
                    speculative=Speculative(method="dspark", draft_tokens=5, acceptance=3.51),
                    engram_placement="hbm")
 
@@ -281,7 +282,7 @@ def hgx_h200_plan() -> Plan:
     serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
                       kv_cache_dtype="fp8",
                       block_size=64, max_model_len=32768, attention_backend="FLASHMLA",
-                      linear_backend="deep_gemm",
+                      attention_options={}, linear_backend="deep_gemm",
                       speculative=Speculative(method="mtp", draft_tokens=1, acceptance=1.8),
                       engram_placement="hbm")
     prefill_mem = H200_PREFILL_TP8.domains(H200_HBM_GIB, 1)

@@ -16,6 +16,7 @@ from compiler.hf_import import import_hf
 from compiler.perf import query
 from schemas.diagnostics import CompileError
 from schemas.source import MAX_DEPTH, load_yaml_file, load_yaml_text
+from tests.builders import write_case
 
 ROOT = Path(__file__).resolve().parents[2]
 VR = ROOT / "examples" / "vr-nvl72-deepseek-v4.1-flash" / "deployment.yaml"
@@ -226,3 +227,13 @@ def test_over_long_perf_ops_line_is_never_held_whole():
     lines = list(query.capped_lines(stream))
     assert [len(x) for x in lines] == [query.MAX_LINE + 1, 5]
     assert max(stream.reads) == query.MAX_LINE + 1
+
+
+def test_hardware_too_small_for_both_roles_blames_the_count(tmp_path: Path):
+    """Not spec.system: the number of nodes the user wrote is what to change."""
+    path = write_case(tmp_path, system="hgx-h200", kind="Cluster", hardware={"nodes": 1},
+                      model="deepseek-v3", workload={"profile": "chat"})
+    with pytest.raises(CompileError) as info:
+        api.compile(path, only=())
+    d = info.value.diagnostics[0]
+    assert (info.value.exit_code, d.code, d.path, d.line) == (3, "E501", "spec.nodes", 7)
