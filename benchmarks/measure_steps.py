@@ -96,6 +96,10 @@ BF16 = torch.bfloat16
 
 @dataclass(frozen=True)
 class Config:
+    """One MoE architecture. GQA (`attention` "gqa": q_heads x head_dim queries over kv_heads)
+    or MLA ("mla": a kv_lora latent + qk_rope key per token, q_heads of qk_nope + qk_rope query
+    dims and v_head_dim values; decode absorbs W_UK / W_UV, prefill expands the latent)."""
+
     name: str = "qwen3-30b-a3b"
     hidden: int = 2048
     layers: int = 48
@@ -107,15 +111,43 @@ class Config:
     inter: int = 768
     vocab: int = 151936
     eps: float = 1e-6
+    qk_norm: bool = True  # Qwen3's per-head RMSNorm on q and k
+    router_softmax_first: bool = False  # DeepSeek: softmax over all experts, then top-k
+    attention: str = "gqa"
+    kv_lora: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head_dim: int = 0
+    shared_experts: int = 0  # each of width `inter`, fused into one MLP
+    dense_layers: int = 0  # the first layers are dense MLPs of width dense_inter
+    dense_inter: int = 0
 
 
 QWEN3_30B_A3B = Config()
+# DeepSeek-V2-Lite (HF config.json): MLA without q compression, 1 dense layer, 64 routed
+# experts top-6 with 2 shared, softmax routing without renormalisation.
+DEEPSEEK_V2_LITE = Config(
+    name="deepseek-v2-lite", hidden=2048, layers=27, q_heads=16, kv_heads=1, head_dim=192,
+    experts=64, top_k=6, inter=1408, vocab=102400, qk_norm=False, router_softmax_first=True,
+    attention="mla", kv_lora=512, qk_nope=128, qk_rope=64, v_head_dim=128, shared_experts=2,
+    dense_layers=1, dense_inter=10944)
+# Mixtral-8x7B (HF config.json): GQA 32 / 8 heads of 128, 8 experts top-2 of width 14336.
+MIXTRAL_8X7B = Config(
+    name="mixtral-8x7b", hidden=4096, layers=32, q_heads=32, kv_heads=8, head_dim=128,
+    experts=8, top_k=2, inter=14336, vocab=32000, eps=1e-5, qk_norm=False)
+MODELS = {c.name: c for c in (QWEN3_30B_A3B, DEEPSEEK_V2_LITE, MIXTRAL_8X7B)}
 TINY = Config(name="tiny", hidden=256, layers=3, q_heads=8, kv_heads=2, head_dim=32, experts=8,
               top_k=2, inter=64, vocab=1000)
+TINY_MLA = Config(name="tiny-mla", hidden=256, layers=3, q_heads=4, kv_heads=1, head_dim=48,
+                  experts=8, top_k=3, inter=64, vocab=1000, qk_norm=False,
+                  router_softmax_first=True, attention="mla", kv_lora=64, qk_nope=32,
+                  qk_rope=16, v_head_dim=32, shared_experts=2, dense_layers=1, dense_inter=128)
+TINY_MODELS = {"qwen3-30b-a3b": TINY, "mixtral-8x7b": TINY, "deepseek-v2-lite": TINY_MLA}
 
 DECODE_GRID = [(b, n) for b in (1, 8, 32, 128) for n in (1024, 8192)]
 PREFILL_GRID = [1024, 4096, 16384]
 CACHE_BUDGET_BYTES = 40 << 30  # KV cache beside ~61 GB of weights on a 141 GB card
+GPU_BYTES_FOR_WEIGHTS_AND_CACHE = 118 << 30  # of the H200's 139.8 GiB: room for activations
 STEP_REPS = (20, 60, 1.0)  # min, max replays, target seconds of timed replays
 STAGE_REPS = (10, 30, 0.25)
 EAGER_REPS = 5
@@ -145,18 +177,31 @@ class Model:
 
         self.embed = normal(c.vocab, c.hidden, std=1.0)
         self.layers = []
-        for _ in range(c.layers):
-            self.layers.append({
-                "ln1": norm_weight(c.hidden),
-                "wqkv": normal(qkv, c.hidden),
-                "qn": norm_weight(c.head_dim),
-                "kn": norm_weight(c.head_dim),
-                "wo": normal(c.hidden, c.q_heads * c.head_dim),
-                "ln2": norm_weight(c.hidden),
-                "wr": normal(c.experts, c.hidden),
-                "w13": normal(c.experts, 2 * c.inter, c.hidden),
-                "w2": normal(c.experts, c.hidden, c.inter),
-            })
+        for i in range(c.layers):
+            w = {"ln1": norm_weight(c.hidden), "ln2": norm_weight(c.hidden)}
+            if c.attention == "mla":
+                w["wq"] = normal(c.q_heads * c.head_dim, c.hidden)
+                w["wkv_a"] = normal(c.kv_lora + c.qk_rope, c.hidden)
+                w["kvn"] = norm_weight(c.kv_lora)
+                # W_UK and W_UV of every head, [H, nope + v, lora]; decode uses them absorbed
+                w["wkv_b"] = normal(c.q_heads * (c.qk_nope + c.v_head_dim), c.kv_lora)
+                w["wo"] = normal(c.hidden, c.q_heads * c.v_head_dim)
+            else:
+                w["wqkv"] = normal(qkv, c.hidden)
+                w["wo"] = normal(c.hidden, c.q_heads * c.head_dim)
+                if c.qk_norm:
+                    w["qn"], w["kn"] = norm_weight(c.head_dim), norm_weight(c.head_dim)
+            if i < c.dense_layers:
+                w["wd13"] = normal(2 * c.dense_inter, c.hidden)
+                w["wd2"] = normal(c.hidden, c.dense_inter)
+            else:
+                w["wr"] = normal(c.experts, c.hidden)
+                w["w13"] = normal(c.experts, 2 * c.inter, c.hidden)
+                w["w2"] = normal(c.experts, c.hidden, c.inter)
+                if c.shared_experts:
+                    w["ws13"] = normal(2 * c.shared_experts * c.inter, c.hidden)
+                    w["ws2"] = normal(c.hidden, c.shared_experts * c.inter)
+            self.layers.append(w)
         self.lnf = norm_weight(c.hidden)
         self.lm_head = normal(c.vocab, c.hidden)
 
@@ -174,30 +219,38 @@ Stage = Callable[[dict, int], None]
 
 class Step:
     """The stages of one decode step (`batch` sequences over `length` cached tokens) or one
-    prefill (`length` new tokens, batch 1), with their caches and SDPA choice."""
+    prefill (`length` new tokens, batch 1), with their caches and attention choice."""
 
     def __init__(self, m: Model, phase: str, batch: int, length: int, routing: str = "router"):
         self.m, self.c, self.phase, self.batch, self.length = m, m.c, phase, batch, length
         self.tokens = batch if phase == "decode" else batch * length
+        if routing == "auto":  # a trained router's balance at prefill (see ROUTING)
+            routing = "router" if phase == "decode" else "balanced"
         self.routing = routing
         # "balanced": token t goes to experts (t*K .. t*K+K-1) mod E, all distinct; the
         # router's GEMM and top-k still run, only their choice of experts is replaced.
         self.balanced_ids = (torch.arange(self.tokens * m.c.top_k, device=m.device)
                              % m.c.experts).view(self.tokens, m.c.top_k)
-        self.backend: SDPBackend | None = None  # None: PyTorch's dispatcher picks
-        self.packed = False  # decode: GQA heads as query rows, no enable_gqa
+        self.backend: SDPBackend | str | None = None  # None: PyTorch's dispatcher picks
+        self.packed = False  # GQA decode: the q heads of a KV head as query rows
+        self.attn_name = "default"  # the attention variant kept (choose_attention)
         c = self.c
+        mla = c.attention == "mla"
+        row = c.kv_lora + c.qk_rope if mla else c.kv_heads * c.head_dim
+        tensors = 1 if mla else 2  # MLA caches one latent row per token
         if phase == "decode":
-            per_layer = 2 * batch * c.kv_heads * length * c.head_dim * 2
-            self.cache_shape = (batch, c.kv_heads, length, c.head_dim)
+            self.cache_shape = ((batch, length, row) if mla
+                                else (batch, c.kv_heads, length, c.head_dim))
+            per_layer = tensors * batch * length * row * 2
         else:
-            per_layer = 2 * self.tokens * c.kv_heads * c.head_dim * 2
-            self.cache_shape = (self.tokens, c.kv_heads, c.head_dim)
-        self.n_caches = max(1, min(c.layers, CACHE_BUDGET_BYTES // per_layer))
+            self.cache_shape = (self.tokens, row) if mla else (self.tokens, c.kv_heads,
+                                                               c.head_dim)
+            per_layer = tensors * self.tokens * row * 2
+        budget = min(CACHE_BUDGET_BYTES, GPU_BYTES_FOR_WEIGHTS_AND_CACHE - m.nbytes())
+        self.n_caches = max(1, min(c.layers, budget // per_layer))
         self.cache_bytes = self.n_caches * per_layer
-        self.caches = [(torch.randn(self.cache_shape, device=m.device, dtype=BF16),
-                        torch.randn(self.cache_shape, device=m.device, dtype=BF16))
-                       for _ in range(self.n_caches)]
+        self.caches = [tuple(torch.randn(self.cache_shape, device=m.device, dtype=BF16)
+                             for _ in range(tensors)) for _ in range(self.n_caches)]
         gen = torch.Generator(device="cpu").manual_seed(1)
         self.state: dict = {"ids": torch.randint(0, c.vocab, (self.tokens,), generator=gen)
                             .to(m.device)}
@@ -209,17 +262,17 @@ class Step:
         with sdpa_kernel(self.backend):
             return F.scaled_dot_product_attention(q, k, v, **kw)
 
-    def stages(self) -> list[tuple[str, Stage]]:
+    def attention_stages(self) -> list[Stage]:
         c, m = self.c, self.m
-        T, H, D, K, E, inter = self.tokens, c.hidden, c.head_dim, c.top_k, c.experts, c.inter
+        T, D = self.tokens, c.head_dim
         QH, KVH = c.q_heads, c.kv_heads
         L = m.layers
 
-        def attn_norm(s, i):
-            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln1"], c.eps)
-
         def qkv_proj(s, i):
             s["qkv"] = F.linear(s["h"], L[i]["wqkv"])
+            if not c.qk_norm:
+                q, k, v = s["qkv"].split([QH * D, KVH * D, KVH * D], -1)
+                s["q"], s["k"], s["v"] = q.view(T, QH, D), k.view(T, KVH, D), v.view(T, KVH, D)
 
         def qk_norm(s, i):
             q, k, v = s["qkv"].split([QH * D, KVH * D, KVH * D], -1)
@@ -255,20 +308,113 @@ class Step:
         def o_proj(s, i):
             s["a"] = F.linear(s["o"], L[i]["wo"])
 
-        def residual_1(s, i):
-            s["x"] = s["x"] + s["a"]
+        norm = [qk_norm] if c.qk_norm else []
+        return [qkv_proj, *norm, kv_write, attention, o_proj]
 
-        def ffn_norm(s, i):
-            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln2"], c.eps)
+    def mla_stages(self) -> list[Stage]:
+        """MLA: decode attends the latent cache with W_UK absorbed into the queries and W_UV
+        into the output (FlashMLA's form); prefill expands the latent into per-head K / V."""
+        c, m = self.c, self.m
+        T, QH, lora, rope, nope, vd = (self.tokens, c.q_heads, c.kv_lora, c.qk_rope, c.qk_nope,
+                                       c.v_head_dim)
+        scale = 1.0 / math.sqrt(nope + rope)
+        L = m.layers
+
+        def w_ukv(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            w = L[i]["wkv_b"].view(QH, nope + vd, lora)
+            return w[:, :nope], w[:, nope:]  # W_UK [H, nope, lora], W_UV [H, v, lora]
+
+        def q_proj(s, i):
+            s["q"] = F.linear(s["h"], L[i]["wq"]).view(T, QH, nope + rope)
+
+        def kv_a(s, i):
+            s["kva"] = F.linear(s["h"], L[i]["wkv_a"])
+
+        def kv_norm(s, i):
+            lat = F.rms_norm(s["kva"][:, :lora], (lora,), L[i]["kvn"], c.eps)
+            s["ckv"] = torch.cat([lat, s["kva"][:, lora:]], -1)  # the cached row
+
+        def kv_write(s, i):
+            (cache,) = self.caches[i % self.n_caches]
+            if self.phase == "decode":
+                cache[:, self.length - 1] = s["ckv"]
+            else:
+                cache.copy_(s["ckv"])
+
+        def q_absorb(s, i):
+            w_uk, _ = w_ukv(i)
+            q_lat = torch.bmm(s["q"][..., :nope].transpose(0, 1), w_uk)  # [H, T, lora]
+            s["qa"] = torch.cat([q_lat.transpose(0, 1), s["q"][..., nope:]], -1)
+
+        def attention(s, i):
+            (cache,) = self.caches[i % self.n_caches]
+            if self.phase == "decode":
+                if self.backend == "bmm":  # scores and values as two batched GEMMs
+                    scores = torch.bmm(s["qa"], cache.transpose(1, 2)) * scale
+                    p = scores.float().softmax(-1).to(BF16)
+                    o = torch.bmm(p, cache[..., :lora])
+                else:  # one KV head: the H query heads are the query rows
+                    q = s["qa"].unsqueeze(1)
+                    kv = cache.unsqueeze(1)
+                    o = self.sdpa(q, kv, kv[..., :lora], scale=scale)[:, 0]
+                s["ol"] = o  # [T, H, lora]
+            else:
+                k, v = s["k"], s["v"]
+                o = self.sdpa(s["q"].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                              v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=scale)
+                s["o"] = o[0].transpose(0, 1).reshape(T, QH * vd)
+
+        def kv_expand(s, i):
+            kv = F.linear(cache_latent(s), L[i]["wkv_b"]).view(T, QH, nope + vd)
+            rope_k = s["ckv"][:, lora:].unsqueeze(1).expand(T, QH, rope)
+            s["k"] = torch.cat([kv[..., :nope], rope_k], -1)
+            s["v"] = kv[..., nope:]
+
+        def cache_latent(s) -> torch.Tensor:
+            return s["ckv"][:, :lora]
+
+        def o_absorb(s, i):
+            _, w_uv = w_ukv(i)
+            o = torch.bmm(s["ol"].transpose(0, 1), w_uv.transpose(1, 2))  # [H, T, v]
+            s["o"] = o.transpose(0, 1).reshape(T, QH * vd)
+
+        def o_proj(s, i):
+            s["a"] = F.linear(s["o"], L[i]["wo"])
+
+        if self.phase == "decode":
+            return [q_proj, kv_a, kv_norm, kv_write, q_absorb, attention, o_absorb, o_proj]
+        return [q_proj, kv_a, kv_norm, kv_write, kv_expand, attention, o_proj]
+
+    def ffn_stages(self) -> list[Stage]:
+        c, m = self.c, self.m
+        K, E, inter = c.top_k, c.experts, c.inter
+        L = m.layers
+
+        def moe_only(fn: Stage) -> Stage:
+            def stage(s, i):
+                if i >= c.dense_layers:
+                    fn(s, i)
+            stage.__name__ = fn.__name__
+            return stage
+
+        def dense_ffn(s, i):
+            if i < c.dense_layers:
+                gu = F.linear(s["h"], L[i]["wd13"])
+                s["moe"] = F.linear(F.silu(gu[:, :c.dense_inter]) * gu[:, c.dense_inter:],
+                                    L[i]["wd2"])
 
         def router(s, i):
             s["logits"] = F.linear(s["h"], L[i]["wr"])
 
         def topk(s, i):
-            w, ids = s["logits"].topk(K, dim=-1)
+            if c.router_softmax_first:
+                w, ids = s["logits"].float().softmax(-1).topk(K, dim=-1)
+            else:
+                w, ids = s["logits"].topk(K, dim=-1)
+                w = w.float().softmax(-1)
             if self.routing == "balanced":
                 ids = self.balanced_ids
-            s["tw"], s["ti"] = w.float().softmax(-1), ids
+            s["tw"], s["ti"] = w, ids
 
         def sort(s, i):
             flat = s["ti"].reshape(-1)
@@ -297,12 +443,36 @@ class Step:
             out = torch.zeros_like(s["h"])
             s["moe"] = out.index_add_(0, s["tok"], s["y"] * s["ws"].unsqueeze(1))
 
+        def shared_expert(s, i):
+            width = c.shared_experts * inter
+            gu = F.linear(s["h"], L[i]["ws13"])
+            s["moe"] = s["moe"] + F.linear(F.silu(gu[:, :width]) * gu[:, width:], L[i]["ws2"])
+
+        dense = [dense_ffn] if c.dense_layers else []
+        shared = [shared_expert] if c.shared_experts else []
+        moe = [router, topk, sort, gather, gate_up, act, down, combine, *shared]
+        return [*dense, *(moe_only(f) for f in moe)]
+
+    def stages(self) -> list[tuple[str, Stage]]:
+        c = self.c
+        H = c.hidden
+        L = self.m.layers
+
+        def attn_norm(s, i):
+            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln1"], c.eps)
+
+        def residual_1(s, i):
+            s["x"] = s["x"] + s["a"]
+
+        def ffn_norm(s, i):
+            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln2"], c.eps)
+
         def residual_2(s, i):
             s["x"] = s["x"] + s["moe"]
 
-        return [(f.__name__, f) for f in (
-            attn_norm, qkv_proj, qk_norm, kv_write, attention, o_proj, residual_1, ffn_norm,
-            router, topk, sort, gather, gate_up, act, down, combine, residual_2)]
+        attn = self.mla_stages() if c.attention == "mla" else self.attention_stages()
+        return [(f.__name__, f) for f in (attn_norm, *attn, residual_1, ffn_norm,
+                                          *self.ffn_stages(), residual_2)]
 
     def embed(self, s: dict, _: int = 0) -> None:
         s["x"] = self.m.embed.index_select(0, s["ids"])
@@ -324,10 +494,12 @@ class Step:
         self.head(s)
 
     def prime(self) -> None:
-        """Fill the state with every stage's output (embedding and layer 0, eagerly)."""
+        """Fill the state with every stage's output (embedding, then the dense layers and the
+        first MoE layer, eagerly)."""
         self.embed(self.state)
-        for _, fn in self.stages():
-            fn(self.state, 0)
+        for layer in range(self.c.dense_layers + 1):
+            for _, fn in self.stages():
+                fn(self.state, layer)
 
     def run_stage(self, fn: Stage) -> Callable[[], None]:
         """`fn` for every layer, each on its own weights (the state must hold its inputs)."""
@@ -417,37 +589,57 @@ def stats(samples: list[float]) -> dict[str, float]:
 # Measurement of one point.
 
 
+def attention_variants(step: Step) -> list[tuple[SDPBackend | str, bool]]:
+    """(backend, packed) pairs to time. GQA: every fused SDPA backend with enable_gqa, and at
+    decode the packed layout too. MLA decode: no fused SDPA kernel takes 576-wide heads, so the
+    math backend and two plain batched GEMMs ("bmm") compete with them."""
+    fused = [(b, False) for b in FUSED]
+    if step.c.attention == "mla":
+        extra = [(SDPBackend.MATH, False), ("bmm", False)] if step.phase == "decode" else []
+        return fused + extra
+    if step.phase == "decode":
+        return fused + [(b, True) for b in FUSED]
+    return fused
+
+
+def variant_name(backend: SDPBackend | str, packed: bool, mla: bool) -> str:
+    if backend == "bmm":
+        return "bmm latent"
+    layout = " latent" if mla else (" packed" if packed else " enable_gqa")
+    return f"{backend.name.lower()}{layout}"
+
+
 def choose_attention(step: Step, timer: Timer) -> tuple[dict[str, float], dict[str, float]]:
-    """Time the attention stage under each fused SDPA backend (enable_gqa=True) and keep the
-    fastest in `step`; at decode also time the packed layout, for information.
-    Returns ({impl: us per step}, {impl: error}) ."""
+    """Time the attention stage under each variant and keep the fastest unpacked one in
+    `step` (the math backend only where nothing else runs); packed GQA is for information.
+    Returns ({impl: us per step}, {impl: error})."""
     fn = dict(step.stages())["attention"]
-    times, errors = {}, {}
+    times, errors, mla = {}, {}, step.c.attention == "mla"
     if not timer.cuda:
         return times, errors
-    tiers = [list(FUSED), [SDPBackend.MATH]]
-    variants = [(b, False) for b in tiers[0]]
-    if step.phase == "decode":
-        variants += [(b, True) for b in tiers[0]]
-    for backend, packed in variants:
+    kinds = {}
+    for backend, packed in attention_variants(step):
         step.backend, step.packed = backend, packed
-        name = f"{backend.name.lower()}{' packed' if packed else ' enable_gqa'}"
+        name = variant_name(backend, packed, mla)
+        kinds[name] = (backend, packed)
         try:
             times[name] = statistics.median(timer.samples(timer.graph(step.run_stage(fn)),
                                                           STAGE_REPS))
         except RuntimeError as err:
             errors[name] = (str(err).strip().splitlines() or ["?"])[0][:160]
         timer.release()
-    gqa = {n: t for n, t in times.items() if n.endswith("enable_gqa")}
-    if not gqa:  # no fused backend: the math path
+    usable = {n: t for n, t in times.items() if not kinds[n][1]}
+    if not usable:  # no fused backend: the math path
         step.backend, step.packed = SDPBackend.MATH, False
-        times["math enable_gqa"] = statistics.median(
+        name = variant_name(SDPBackend.MATH, False, mla)
+        times[name] = statistics.median(
             timer.samples(timer.graph(step.run_stage(fn)), STAGE_REPS))
         timer.release()
-        gqa = {"math enable_gqa": times["math enable_gqa"]}
-    best = min(gqa, key=gqa.get)
-    by_name = {b.name.lower(): b for b in (*FUSED, SDPBackend.MATH)}
-    step.backend, step.packed = by_name[best.split()[0]], False
+        kinds[name] = (SDPBackend.MATH, False)
+        usable = {name: times[name]}
+    best = min(usable, key=usable.get)
+    step.backend, step.packed = kinds[best]
+    step.attn_name = best
     return {n: round(t, 2) for n, t in times.items()}, errors
 
 
@@ -466,10 +658,10 @@ def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
     point = {"phase": phase, "batch": batch}
     point.update({"kv_len": length} if phase == "decode" else {"tokens": length})
     point.update(stats(whole))
-    point["routing"] = routing
+    point["routing"] = step.routing
     point["timing"] = "cuda-graph replay" if timer.cuda else "eager wall clock (CPU)"
-    point["attn_impl"] = (f"sdpa:{step.backend.name.lower()} enable_gqa" if step.backend
-                          else "sdpa:default enable_gqa")
+    chosen = step.attn_name
+    point["attn_impl"] = chosen if chosen.startswith("bmm") else f"sdpa:{chosen}"
     timer.release()
     if phase == "prefill":
         step.run()  # eager: same code, launches from Python
@@ -506,48 +698,93 @@ def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
 # Self-check: one layer on a small decode batch against a float32 reference.
 
 
-def reference_layer(m: Model, x: torch.Tensor, layer: int, kc: torch.Tensor, vc: torch.Tensor,
-                    pos: int) -> torch.Tensor:
-    c, w = m.c, {k: v.float() for k, v in m.layers[layer].items()}
-    B, D, QH, KVH = x.shape[0], c.head_dim, c.q_heads, c.kv_heads
-    x = x.float()
-    h = F.rms_norm(x, (c.hidden,), w["ln1"], c.eps)
+def reference_attention(m: Model, w: dict, h: torch.Tensor, cache: tuple[torch.Tensor, ...],
+                        pos: int) -> torch.Tensor:
+    """float32 decode attention of one layer, the new token written at `pos`; MLA expanded
+    (K and V rebuilt per head from the latent), so the absorbed forward is checked."""
+    c = m.c
+    B, QH = h.shape[0], c.q_heads
+    if c.attention == "mla":
+        lora, nope, vd = c.kv_lora, c.qk_nope, c.v_head_dim
+        q = (h @ w["wq"].T).view(B, QH, nope + c.qk_rope)
+        kva = h @ w["wkv_a"].T
+        lat = F.rms_norm(kva[:, :lora], (lora,), w["kvn"], c.eps)
+        lc = cache[0].float().clone()
+        lc[:, pos] = torch.cat([lat, kva[:, lora:]], -1)
+        wb = w["wkv_b"].view(QH, nope + vd, lora)
+        k_nope = torch.einsum("bld,hnd->bhln", lc[..., :lora], wb[:, :nope])
+        k_rope = lc[..., lora:].unsqueeze(1).expand(-1, QH, -1, -1)
+        k = torch.cat([k_nope, k_rope], -1)
+        v = torch.einsum("bld,hnd->bhln", lc[..., :lora], wb[:, nope:])
+        scores = torch.einsum("bhd,bhld->bhl", q, k) / math.sqrt(nope + c.qk_rope)
+        o = torch.einsum("bhl,bhld->bhd", scores.softmax(-1), v).reshape(B, QH * vd)
+        return o @ w["wo"].T
+    D, KVH = c.head_dim, c.kv_heads
     q, k, v = (h @ w["wqkv"].T).split([QH * D, KVH * D, KVH * D], -1)
-    q = F.rms_norm(q.view(B, QH, D), (D,), w["qn"], c.eps)
-    k = F.rms_norm(k.view(B, KVH, D), (D,), w["kn"], c.eps)
-    kc, vc = kc.float().clone(), vc.float().clone()
+    q, k = q.view(B, QH, D), k.view(B, KVH, D)
+    if c.qk_norm:
+        q = F.rms_norm(q, (D,), w["qn"], c.eps)
+        k = F.rms_norm(k, (D,), w["kn"], c.eps)
+    kc, vc = cache[0].float().clone(), cache[1].float().clone()
     kc[:, :, pos], vc[:, :, pos] = k, v.view(B, KVH, D)
     kr = kc.repeat_interleave(QH // KVH, dim=1)  # [B, QH, L, D]
     vr = vc.repeat_interleave(QH // KVH, dim=1)
     scores = torch.einsum("bhd,bhld->bhl", q, kr) / math.sqrt(D)
     o = torch.einsum("bhl,bhld->bhd", scores.softmax(-1), vr).reshape(B, QH * D)
-    x = x + o @ w["wo"].T
-    h = F.rms_norm(x, (c.hidden,), w["ln2"], c.eps)
-    tw, ti = (h @ w["wr"].T).topk(c.top_k, -1)
-    tw = tw.softmax(-1)
-    moe = torch.zeros_like(h)
-    for b in range(B):
+    return o @ w["wo"].T
+
+
+def reference_ffn(m: Model, w: dict, h: torch.Tensor, layer: int) -> torch.Tensor:
+    """float32 FFN of one layer: dense MLP, or routed experts one by one plus shared ones."""
+    c = m.c
+
+    def mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        gu = x @ w13.T
+        width = gu.shape[-1] // 2
+        return (F.silu(gu[..., :width]) * gu[..., width:]) @ w2.T
+
+    if layer < c.dense_layers:
+        return mlp(h, w["wd13"], w["wd2"])
+    logits = h @ w["wr"].T
+    if c.router_softmax_first:
+        tw, ti = logits.softmax(-1).topk(c.top_k, -1)
+    else:
+        tw, ti = logits.topk(c.top_k, -1)
+        tw = tw.softmax(-1)
+    out = torch.zeros_like(h)
+    for b in range(h.shape[0]):
         for j in range(c.top_k):
             e = int(ti[b, j])
-            gu = w["w13"][e] @ h[b]
-            a = F.silu(gu[:c.inter]) * gu[c.inter:]
-            moe[b] += tw[b, j] * (w["w2"][e] @ a)
-    return x + moe
+            out[b] += tw[b, j] * mlp(h[b], w["w13"][e], w["w2"][e])
+    if c.shared_experts:
+        out = out + mlp(h, w["ws13"], w["ws2"])
+    return out
+
+
+def reference_layer(m: Model, x: torch.Tensor, layer: int, cache: tuple[torch.Tensor, ...],
+                    pos: int) -> torch.Tensor:
+    c, w = m.c, {k: v.float() for k, v in m.layers[layer].items()}
+    x = x.float()
+    x = x + reference_attention(m, w, F.rms_norm(x, (c.hidden,), w["ln1"], c.eps), cache, pos)
+    return x + reference_ffn(m, w, F.rms_norm(x, (c.hidden,), w["ln2"], c.eps), layer)
 
 
 def self_check(m: Model) -> float:
-    """Relative error of layer 0 (decode, batch 4, kv_len 64) against float32."""
+    """Worst relative error of the first layer and the first MoE layer (decode, batch 4,
+    kv_len 64) against float32. The MoE layer runs on the dense layers' outputs."""
     step = Step(m, "decode", 4, 64)
     s = step.state
     step.embed(s)
-    x0 = s["x"].clone()
-    kc0, vc0 = (t.clone() for t in step.caches[0])
-    for _, fn in step.stages():
-        fn(s, 0)
-    ref = reference_layer(m, x0, 0, kc0, vc0, 63)
-    err = float((s["x"].float() - ref).norm() / ref.norm())
+    worst = 0.0
+    for layer in sorted({0, m.c.dense_layers}):
+        x0 = s["x"].clone()
+        cache0 = tuple(t.clone() for t in step.caches[layer % step.n_caches])
+        for _, fn in step.stages():
+            fn(s, layer)
+        ref = reference_layer(m, x0, layer, cache0, 63)
+        worst = max(worst, float((s["x"].float() - ref).norm() / ref.norm()))
     del step
-    return err
+    return worst
 
 
 # ---------------------------------------------------------------------------------------
@@ -621,15 +858,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", help="e.g. decode:8:1024,prefill:4096 (default: full grid)")
     ap.add_argument("--tiny", action="store_true", help="shrunken model on the CPU")
     ap.add_argument("--no-stages", action="store_true", help="skip per-stage timings")
-    ap.add_argument("--routing", choices=("router", "balanced"), default="router",
-                    help="experts from the random router (default; see ROUTING) or balanced")
+    ap.add_argument("--model", choices=sorted(MODELS), default=QWEN3_30B_A3B.name,
+                    help="architecture (random weights)")
+    ap.add_argument("--routing", choices=("router", "balanced", "auto"), default="router",
+                    help="experts from the random router (default; see ROUTING), balanced, "
+                    "or auto: the router at decode, balanced at prefill")
     ap.add_argument("--budget-s", type=float, default=330.0,
                     help="skip the remaining points after this many seconds")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", UserWarning)
     t0 = time.monotonic()
     device = "cpu" if args.tiny else "cuda"
-    cfg = TINY if args.tiny else QWEN3_30B_A3B
+    cfg = TINY_MODELS[args.model] if args.tiny else MODELS[args.model]
     dev = describe_device(device)
     log(json.dumps(dev))
     if device == "cuda":
@@ -640,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     timer.sync()
     log(f"weights: {m.nbytes() / 1e9:.1f} GB in {time.monotonic() - t0:.0f} s")
     err = self_check(m)
-    log(f"self-check layer 0 vs float32: rel err {err:.2e}")
+    log(f"self-check (first layer, first MoE layer) vs float32: rel err {err:.2e}")
     doc = {
         "schema": SCHEMA,
         "device": dev,
@@ -648,7 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         "method": ("whole step in one CUDA graph, replays timed with CUDA events; median, "
                    "p10, p90 of >= 20 replays after warm-up; prefill also eager (us_eager); "
                    "stages_us: each stage alone for all layers in its own graph; RoPE "
-                   "omitted; random weights, caches and token ids; random router"),
+                   "omitted; random weights, caches and token ids; routing per point"),
         "self_check_rel_err": round(err, 5),
         "points": [],
     }

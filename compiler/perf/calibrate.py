@@ -1,12 +1,17 @@
 """`rackc calibrate`: write the calibration file the catalog loads for a system.
 
-Three sources, one output shape (compiler/perf/fit.py `calibration`):
+Four sources, one output shape (compiler/perf/fit.py `calibration`):
 * measure here: needs PyTorch and a CUDA GPU; compiler/perf/measure.py writes the raw
   measurements next to the output (`<name>.raw.json`), then they are fitted;
 * `--from-raw RAW.json`: fit measurements taken elsewhere (measure.py needs only PyTorch and
   the standard library, so it runs on a bare GPU machine; fitting needs numpy and the catalog);
+* `--from-aiconfigurator`: convert NVIDIA AIConfigurator's published kernel tables for this
+  system (compiler/perf/aiconfigurator.py; needs the `rackc[calibrate]` extra), write them
+  next to the output (`<name>.aiconfigurator.raw.json`, refittable with --from-raw), then fit;
+  with `--from-raw` too, ops the tables lack are fitted from those measurements;
 * `--scale-from CAL.json`: no GPU of this system at hand: carry another system's fitted
-  efficiencies onto this system's datasheet peaks, marked `assumed`.
+  efficiencies onto this system's datasheet peaks, marked `assumed`; beside measurements or
+  tables, only for the ops they lack (e.g. copies, which AIConfigurator does not table).
 The same inputs give a byte-identical file (sorted keys, rounded parameters).
 """
 
@@ -23,6 +28,8 @@ from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 CODE_SYSTEM = "E602"  # unknown system
 CODE_INPUT = "E603"  # unreadable or mismatched calibration input
 CODE_NO_GPU = "E604"  # measuring needs PyTorch and a CUDA GPU
+CODE_NO_TABLES = "E605"  # AIConfigurator's tables are not installed or lack this system
+AIC_RAW_SUFFIX = ".aiconfigurator.raw.json"
 
 
 class CalibrationError(Exception):
@@ -88,8 +95,9 @@ def measure_here(raw_path: Path) -> Path:
 
 
 def assumed(system: System, basis: dict) -> dict:
-    """Another system's fitted curves on this system's datasheet peaks (`assumed`)."""
-    return {
+    """Another system's fitted curves on this system's datasheet peaks (`assumed`); a basis
+    converted from published tables passes its licence and notice on."""
+    document = {
         "schema": fit.SCHEMA,
         "system": system.name,
         "source": f"assumed: {basis['system']} efficiencies on {system.name} datasheet peaks",
@@ -97,22 +105,73 @@ def assumed(system: System, basis: dict) -> dict:
         "notes": list(basis.get("notes", [])),
         "curves": fit.with_fp4(basis["curves"]),
     }
+    document.update({key: basis[key] for key in ("licence", "notice") if key in basis})
+    return document
+
+
+def read_basis(path: str) -> dict:
+    basis = read_json(Path(path), "calibration file")
+    if basis.get("schema") != fit.SCHEMA or "curves" not in basis:
+        raise _error(CODE_INPUT, path, "schema", repr(fit.SCHEMA), repr(basis.get("schema")))
+    return basis
+
+
+def filled(document: dict, basis: dict) -> dict:
+    """`document` with the ops it has no curves for carried from `basis` (assumed, said in
+    its source)."""
+    missing = sorted(set(basis["curves"]) - set(document["curves"]))
+    if not missing:
+        return document
+    curves = {**document["curves"], **{op: basis["curves"][op] for op in missing}}
+    source = (f"{document['source']}; {', '.join(missing)}: assumed, {basis['system']}'s "
+              "curves")
+    return {**document, "curves": curves, "source": source}
+
+
+def published_raw(system: System, from_raw: str | None, output: Path) -> dict:
+    """AIConfigurator's tables for `system` as raw measurements (merged with `from_raw`'s
+    for the ops they lack), also written next to `output`."""
+    from compiler.perf import aiconfigurator  # its tables need the calibrate extra
+
+    try:
+        raw = aiconfigurator.raw_document(system.name)
+    except (ImportError, aiconfigurator.SourceMissing) as exc:
+        raise _error(CODE_NO_TABLES, "<machine>", "--from-aiconfigurator",
+                     f"AIConfigurator's kernel tables for {system.name}", str(exc),
+                     "pip install 'rackc[calibrate]'") from None
+    if from_raw:
+        own = read_json(Path(from_raw), "raw calibration file")
+        check_raw(own, Path(from_raw), system)
+        raw = aiconfigurator.merged(raw, own)
+    write_text_atomic(output.with_name(output.name.removesuffix(".json") + AIC_RAW_SUFFIX),
+                      raw_text(raw))
+    return raw
+
+
+def raw_text(raw: dict) -> str:
+    """A raw document as measure.py renders it: one measurement a line, so re-conversions
+    diff cleanly."""
+    head = json.dumps({key: value for key, value in raw.items() if key != "measurements"},
+                      indent=1, sort_keys=True)
+    rows = ",\n".join(f"  {json.dumps(m)}" for m in raw["measurements"])
+    return f'{head[:-2]},\n "measurements": [\n{rows}\n]}}\n'
 
 
 def calibration_for(args_system: str, from_raw: str | None, scale_from: str | None,
-                    output: Path) -> dict:
+                    output: Path, from_aiconfigurator: bool = False) -> dict:
     system = resolve_system(args_system)
-    if scale_from:
-        basis = read_json(Path(scale_from), "calibration file")
-        if basis.get("schema") != fit.SCHEMA or "curves" not in basis:
-            raise _error(CODE_INPUT, scale_from, "schema", repr(fit.SCHEMA),
-                         repr(basis.get("schema")))
+    basis = read_basis(scale_from) if scale_from else None
+    if from_aiconfigurator:
+        raw = published_raw(system, from_raw, output)
+    elif from_raw or not basis:
+        raw_path = Path(from_raw) if from_raw else measure_here(
+            output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))
+        raw = read_json(raw_path, "raw calibration file")
+        check_raw(raw, raw_path, system)
+    else:
         return assumed(system, basis)
-    raw_path = Path(from_raw) if from_raw else measure_here(
-        output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))
-    raw = read_json(raw_path, "raw calibration file")
-    check_raw(raw, raw_path, system)
-    return fit.calibration(raw, system)
+    document = fit.calibration(raw, system)
+    return filled(document, basis) if basis else document
 
 
 def summary_lines(document: dict) -> list[str]:
@@ -127,11 +186,12 @@ def summary_lines(document: dict) -> list[str]:
     return lines
 
 
-def run(system: str, output: str, from_raw: str | None = None,
-        scale_from: str | None = None) -> tuple[int, list[str], list[str]]:
+def run(system: str, output: str, from_raw: str | None = None, scale_from: str | None = None,
+        from_aiconfigurator: bool = False) -> tuple[int, list[str], list[str]]:
     """(exit code, stdout lines, stderr lines) of one calibration."""
     try:
-        document = calibration_for(system, from_raw, scale_from, Path(output))
+        document = calibration_for(system, from_raw, scale_from, Path(output),
+                                   from_aiconfigurator)
     except CalibrationError as exc:
         return 2, [], [exc.diagnostic.render()]
     try:

@@ -38,7 +38,8 @@ def cmd_perf_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    code, out, err = calibrate.run(args.system, args.output, args.from_raw, args.scale_from)
+    code, out, err = calibrate.run(args.system, args.output, args.from_raw, args.scale_from,
+                                   args.from_aiconfigurator)
     for line in out:
         sys.stdout.write(line + "\n")
     for line in err:
@@ -64,10 +65,14 @@ def add_perf_commands(sub: argparse._SubParsersAction) -> None:
         description=calibrate.__doc__.split("\n\n")[0] if calibrate.__doc__ else None)
     cal.add_argument("--system", required=True, help="catalog system the file is for")
     cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
-    source = cal.add_mutually_exclusive_group()
-    source.add_argument("--from-raw", metavar="RAW.json",
-                        help="fit these raw measurements instead of measuring here")
-    source.add_argument("--scale-from", metavar="CAL.json",
-                        help="no measurements: carry this calibration's efficiencies onto the "
-                             "system's datasheet peaks (assumed)")
+    cal.add_argument("--from-raw", metavar="RAW.json",
+                     help="fit these raw measurements instead of measuring here (with "
+                          "--from-aiconfigurator: for the ops its tables lack)")
+    cal.add_argument("--from-aiconfigurator", action="store_true",
+                     help="convert NVIDIA AIConfigurator's measured kernel tables for the "
+                          "system (needs rackc[calibrate]) and fit them")
+    cal.add_argument("--scale-from", metavar="CAL.json",
+                     help="no measurements: carry this calibration's efficiencies onto the "
+                          "system's datasheet peaks (assumed); with measurements or tables, "
+                          "only for the ops they lack")
     cal.set_defaults(run=cmd_calibrate)

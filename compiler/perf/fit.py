@@ -37,13 +37,17 @@ DECODE_E_MAX = 0.63
 # math path and the memory-efficient kernel only run where no fused kernel takes the shape
 # (MLA's 576-wide latent heads) and are 5-30x slower than FlashMLA: not representative.
 FUSED_ATTENTION = ("flash_attention", "cudnn_attention")
+# Tables measured inside serving frameworks (compiler/perf/aiconfigurator.py) are the
+# engines' own kernels: all representative.
+SERVING_KERNELS = "aiconfigurator "
 
 EFFICIENCIES = ("e_max", "e_mem")
 
 
 @dataclass(frozen=True)
 class Point:
-    """One measured query: its op, dtype, the query (with `impl`) and the median time."""
+    """One measured query: the op whose curve it fits, dtype, the query (with its own `op`
+    and `impl`) and the median time."""
 
     op: str
     dtype: str
@@ -86,18 +90,38 @@ START = {"e_max": 0.7, "size_half": 16.0, "e_mem": 0.85, "overhead_us": 5.0,
 # Measurements
 
 
-WORK: dict[str, Callable[[dict], Work]] = {
-    "gemm": lambda q: ops.gemm_work(q["dtype"], q["m"], q["n"], q["k"]),
-    "grouped_gemm": lambda q: ops.grouped_gemm_work(
-        q["dtype"], q["experts"], q["tokens_per_expert"], q["k"], q["n"]),
+def batched(work: Work, count: int) -> Work:
+    """`count` independent copies of `work` in one launch (prefill of a batch of sequences)."""
+    return replace(work, flops=work.flops * count, nbytes=work.nbytes * count,
+                   streams=work.streams * count, free_bytes=work.free_bytes * count)
+
+
+def moe_work(q: dict) -> tuple[Work, Work]:
+    """A fused MoE as rackc's two grouped GEMMs on one rank: gate+up [hidden -> 2 inter] and
+    down [inter -> hidden] over its local experts, routing balanced."""
+    per_expert = q["tokens"] * q["top_k"] / q["experts"]
+    return (ops.grouped_gemm_work(q["dtype"], q["local_experts"], per_expert, q["hidden"],
+                                  2 * q["inter"]),
+            ops.grouped_gemm_work(q["dtype"], q["local_experts"], per_expert, q["inter"],
+                                  q["hidden"]))
+
+
+# Each raw op's work, as the kernels that one measured call ran (a fused MoE is two).
+WORK: dict[str, Callable[[dict], tuple[Work, ...]]] = {
+    "gemm": lambda q: (ops.gemm_work(q["dtype"], q["m"], q["n"], q["k"]),),
+    "grouped_gemm": lambda q: (ops.grouped_gemm_work(
+        q["dtype"], q["experts"], q["tokens_per_expert"], q["k"], q["n"]),),
+    "moe": moe_work,
     # measure.py: a single KV head is MLA's latent, and V is the same tensor as K
-    "attn_decode": lambda q: ops.attn_decode_work(
+    "attn_decode": lambda q: (ops.attn_decode_work(
         q["dtype"], q["batch"], q["q_heads"], q["kv_heads"], q["head_dim"], q["kv_len"],
-        v_head_dim=q["head_dim"] if q["kv_heads"] == 1 else None),
-    "attn_prefill": lambda q: ops.attn_prefill_work(
+        v_head_dim=q["head_dim"] if q["kv_heads"] == 1 else None),),
+    "attn_prefill": lambda q: (batched(ops.attn_prefill_work(
         q["dtype"], q["seq_len"], q["q_heads"], q["kv_heads"], q["head_dim"], q["causal"]),
-    "copy": lambda q: ops.copy_work(q["bytes"]),
+        q.get("batch", 1)),),
+    "copy": lambda q: (ops.copy_work(q["bytes"]),),
 }
+FITS = {"moe": "grouped_gemm"}  # raw op -> the curve it fits, where they differ
 
 
 def load_raw(path: Path) -> dict:
@@ -113,29 +137,34 @@ def dtype_of(query: dict) -> str:
 
 def representative(query: dict) -> bool:
     """False for attention measured through an unfused fallback (see FUSED_ATTENTION)."""
-    if not query["op"].startswith("attn_"):
+    impl = query.get("impl", "")
+    if not query["op"].startswith("attn_") or impl.startswith(SERVING_KERNELS):
         return True
-    return any(name in query.get("impl", "") for name in FUSED_ATTENTION)
+    return any(name in impl for name in FUSED_ATTENTION)
 
 
 def points(raw: dict) -> list[Point]:
     """The raw file's measurements of ops the model fits (others are left for later)."""
-    return [Point(m["op"], dtype_of(m), m, float(m["us"])) for m in raw["measurements"]
-            if m["op"] in WORK]
+    return [Point(FITS.get(m["op"], m["op"]), dtype_of(m), m, float(m["us"]))
+            for m in raw["measurements"] if m["op"] in WORK]
 
 
-def stacked_work(pts: Sequence[Point]) -> Work:
-    """The points' work as one Work of arrays, to evaluate a curve on all at once."""
-    works = [WORK[p.op](p.query) for p in pts]
+NO_WORK = Work(0.0, 0.0)
+
+
+def stacked_work(works: Sequence[Work]) -> Work:
+    """The works as one Work of arrays, to evaluate a curve on all at once."""
     return Work(**{f.name: np.array([getattr(w, f.name) for w in works], dtype=float)
                    for f in fields(Work)})
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Points of one (op, dtype) prepared for fitting: their work, times and roofline peaks."""
+    """Points of one (op, dtype) prepared for fitting: their work (kernel j of every point in
+    `parts[j]`, `used[j]` False where a point has fewer kernels), times and roofline peaks."""
 
-    work: Work
+    parts: tuple[Work, ...]
+    used: tuple[np.ndarray, ...]
     us: np.ndarray
     flops_per_us: float
     hbm_bytes_per_us: float
@@ -145,10 +174,17 @@ class Batch:
         dtype = pts[0].dtype
         peak = system.tflops("bf16" if dtype == ANY_DTYPE else dtype) * 1e6
         hbm = system.gpu.hbm_tbytes_per_s.value * 1e6
-        return cls(stacked_work(pts), np.array([p.us for p in pts]), peak, hbm)
+        kernels = [WORK[p.query["op"]](p.query) for p in pts]
+        width = max(len(k) for k in kernels)
+        parts = tuple(stacked_work([k[j] if j < len(k) else NO_WORK for k in kernels])
+                      for j in range(width))
+        used = tuple(np.array([j < len(k) for k in kernels]) for j in range(width))
+        return cls(parts, used, np.array([p.us for p in pts]), peak, hbm)
 
     def predict(self, curve: Curve) -> np.ndarray:
-        return curve.time_us(self.work, self.flops_per_us, self.hbm_bytes_per_us)
+        """Each point's time: the sum of its kernels' times on `curve`."""
+        return sum(np.where(used, curve.time_us(work, self.flops_per_us, self.hbm_bytes_per_us),
+                            0.0) for work, used in zip(self.parts, self.used, strict=True))
 
     def errors(self, curve: Curve) -> np.ndarray:
         """Relative errors, predicted over measured minus one."""
@@ -313,8 +349,9 @@ def curve_dict(curve: Curve) -> dict[str, float]:
 
 def with_fp4(curves: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
     """fp4 takes the fp8 curve where it has none (see ops.py: fp4 runs as fp8-rate MMA on
-    fp8 hardware; on FP4 hardware the efficiencies are assumed equal)."""
-    return {op: {**by_dtype, **({"fp4": by_dtype["fp8"]} if "fp8" in by_dtype else {})}
+    fp8 hardware; on FP4 hardware without fp4 measurements the efficiencies are assumed
+    equal)."""
+    return {op: {**({"fp4": by_dtype["fp8"]} if "fp8" in by_dtype else {}), **by_dtype}
             for op, by_dtype in curves.items()}
 
 
@@ -341,11 +378,14 @@ NOTES = (
 
 
 def calibration(raw: dict, system: System) -> dict:
-    """The calibration document (compiler/catalog/calibration/<system>.json) for a raw file."""
+    """The calibration document (compiler/catalog/calibration/<system>.json) for a raw file.
+    A raw file converted from published tables (compiler/perf/aiconfigurator.py) carries its
+    provenance under "source": its description, licence, notice, notes and tables."""
     results = fit_all(points(raw), system)
     curves = {op: {dt: curve_dict(r.curve) for dt, r in by_dtype.items()}
               for op, by_dtype in results.items()}
-    return {
+    provenance = raw.get("source")
+    document = {
         "schema": SCHEMA,
         "system": system.name,
         "source": describe(raw.get("device", {})),
@@ -354,6 +394,11 @@ def calibration(raw: dict, system: System) -> dict:
         "fit": {op: {dt: r.summary() for dt, r in by_dtype.items()}
                 for op, by_dtype in results.items()},
     }
+    if provenance:
+        document.update(source=provenance["description"], licence=provenance["licence"],
+                        notice=provenance["notice"], tables=provenance["tables"],
+                        notes=[*NOTES, *provenance["notes"]])
+    return document
 
 
 def dumps(document: dict) -> str:

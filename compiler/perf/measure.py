@@ -14,6 +14,15 @@ and GLM-4.5 (REFERENCE-DATA.md section B): the dense projections and LM head, th
 experts' gate+up and down GEMMs at 8..256 local experts, GQA / MHA / MLA-latent decode
 attention, causal prefill attention, and copies of 1 MiB to 8 GiB.
 
+``--grid floors`` measures per-kernel floors instead: the same ops at batch 1 and tiny shapes
+(GEMM M 1-128 on router, projection and square shapes; grouped GEMM at 1-4 tokens per
+expert; decode attention at batch 1-4 over 16-1024 cached tokens, MLA's 576-wide latent
+heads included; copies of 1 KiB to 1 MiB) and the elementwise kernels around a layer's GEMMs
+over a size sweep of 1 to 32k tokens: RMSNorm, residual add + RMSNorm, SiLU x mul and the
+router's top-k + softmax. Add + RMSNorm and SiLU x mul are timed both as PyTorch's separate
+kernels and fused by ``torch.compile`` (one Triton kernel, as engines fuse them), and the
+faster is kept. Every call is inside a CUDA graph, as engines decode.
+
 How:
 * Inputs are random (zeros run measurably faster), generated on the GPU from a fixed seed.
 * A point whose inputs and outputs are small is given several input sets whose total passes
@@ -41,7 +50,8 @@ Run from the repository root on the target machine (about two minutes on an H200
     PYTHONUNBUFFERED=1 python3 -m compiler.perf.measure -o $OUT/hgx-h200.raw.json
 
 ``--dry-run`` lists the grid without a GPU. The committed result for HGX H200 is
-``compiler/catalog/calibration/hgx-h200.raw.json``.
+``compiler/catalog/calibration/hgx-h200.raw.json``; the floors (``--grid floors -o
+$OUT/hgx-h200.floors.raw.json``) are ``compiler/catalog/calibration/hgx-h200.floors.raw.json``.
 """
 
 from __future__ import annotations
@@ -107,6 +117,40 @@ MAX_KV_BYTES = 16 << 30  # one decode step's cache; bigger would not fit a servi
 PREFILL_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_NONCAUSAL_HEADS = ((64, 8, 128),)
 COPY_BYTES = tuple(1 << p for p in range(20, 34))  # 1 MiB .. 8 GiB, read + written
+
+# Floors (``--grid floors``): the same ops at batch 1 and tiny shapes, where a kernel's time is
+# its launch floor inside a CUDA graph, plus the elementwise kernels around a layer's GEMMs
+# (norm, residual add, SiLU x mul, router top-k), each over a size sweep up to where it turns
+# bandwidth-bound. Shapes from Qwen3-30B-A3B, DeepSeek-V2-Lite / V3, Mixtral-8x7B, gpt-oss.
+FLOOR_GEMM_M = (1, 2, 4, 8, 16, 32, 64, 128)
+FLOOR_GEMM_NK = (
+    (128, 2048),  # Qwen3-30B-A3B router
+    (64, 2048),  # DeepSeek-V2-Lite router
+    (8, 4096),  # Mixtral router
+    (576, 2048),  # DeepSeek-V2-Lite kv_a (512 + 64)
+    (3072, 2048),  # DeepSeek-V2-Lite q (16 heads x 192)
+    (5120, 2048),  # Qwen3-30B-A3B qkv
+    (2048, 4096),  # Qwen3-30B-A3B o_proj
+    (6144, 4096),  # Mixtral qkv
+    (512, 512),
+    (1024, 1024),
+)
+FLOOR_GROUPED_KN = (
+    (2048, 1536),  # Qwen3-30B-A3B gate+up (2 x 768)
+    (768, 2048),  # Qwen3-30B-A3B down
+    (2048, 2816),  # DeepSeek-V2-Lite gate+up (2 x 1408)
+    (1408, 2048),  # DeepSeek-V2-Lite down
+)
+FLOOR_GROUPED_EXPERTS = (8, 64, 128)
+FLOOR_GROUPED_TOKENS = (1, 2, 4)
+FLOOR_ATTN_HEADS = ((32, 4, 128), (32, 8, 128), (64, 8, 64), (16, 1, 576), (128, 1, 576))
+FLOOR_DECODE_BATCH = (1, 4)
+FLOOR_DECODE_KV_LEN = (16, 128, 1024)
+FLOOR_TOKENS = (1, 8, 64, 512, 4096, 32768)
+FLOOR_HIDDEN = (2048, 4096, 7168)
+FLOOR_ACT_WIDTH = (768, 1408, 14336)  # SiLU x mul on [tokens, width] (gate+up halves)
+FLOOR_ROUTER = ((128, 8), (64, 6), (8, 2), (256, 8))  # (experts, top_k)
+FLOOR_COPY_BYTES = tuple(1 << p for p in range(10, 21, 2))  # 1 KiB .. 1 MiB
 
 # ---------------------------------------------------------------------------------------
 # Timing parameters.
@@ -191,6 +235,37 @@ def copy_grid() -> Iterator[Query]:
         yield {"op": "copy", "bytes": n}
 
 
+def elementwise_grid() -> Iterator[Query]:
+    for tokens in FLOOR_TOKENS:
+        for hidden in FLOOR_HIDDEN:
+            yield {"op": "rms_norm", "dtype": "bf16", "tokens": tokens, "hidden": hidden}
+            yield {"op": "add_rms_norm", "dtype": "bf16", "tokens": tokens, "hidden": hidden}
+        for width in FLOOR_ACT_WIDTH:
+            yield {"op": "silu_mul", "dtype": "bf16", "tokens": tokens, "width": width}
+        for experts, top_k in FLOOR_ROUTER:
+            yield {"op": "topk_softmax", "dtype": "bf16", "tokens": tokens, "experts": experts,
+                   "top_k": top_k}
+
+
+def floor_grid() -> list[Query]:
+    """Batch-1 / tiny shapes of the modelled ops, and the elementwise kernels (see FLOOR_*)."""
+    gemm = [{"op": "gemm", "dtype": dtype, "m": m, "n": n, "k": k}
+            for dtype in ("bf16", "fp8") for n, k in FLOOR_GEMM_NK for m in FLOOR_GEMM_M]
+    grouped = [{"op": "grouped_gemm", "dtype": dtype, "experts": e, "tokens_per_expert": t,
+                "k": k, "n": n}
+               for dtype in ("bf16", "fp8") for k, n in FLOOR_GROUPED_KN
+               for e in FLOOR_GROUPED_EXPERTS for t in FLOOR_GROUPED_TOKENS]
+    decode = [{"op": "attn_decode", "dtype": "bf16", "batch": b, "q_heads": h,
+               "kv_heads": g, "head_dim": d, "kv_len": n}
+              for h, g, d in FLOOR_ATTN_HEADS for b in FLOOR_DECODE_BATCH
+              for n in FLOOR_DECODE_KV_LEN]
+    copies = [{"op": "copy", "bytes": n} for n in FLOOR_COPY_BYTES]
+    return [*copies, *gemm, *grouped, *decode, *elementwise_grid()]
+
+
+GRIDS = {"kernels": lambda: build_grid(), "floors": lambda: floor_grid()}
+
+
 def build_grid() -> list[Query]:
     return [
         *copy_grid(),
@@ -205,6 +280,14 @@ def build_grid() -> list[Query]:
 # Work counted per query: floating-point operations and the fewest bytes through HBM
 # (each input read once, each output written once). Used to size input rotation and to
 # report achieved TFLOP/s and TB/s.
+
+
+ELEMENTWISE_BYTES: dict[str, Callable[[Query], int]] = {
+    "rms_norm": lambda q: 2 * q["tokens"] * q["hidden"] * 2,  # x in, y out
+    "add_rms_norm": lambda q: 4 * q["tokens"] * q["hidden"] * 2,  # x, residual in; both out
+    "silu_mul": lambda q: 3 * q["tokens"] * q["width"] * 2,  # gate, up in; product out
+    "topk_softmax": lambda q: q["tokens"] * (q["experts"] * 2 + q["top_k"] * 12),
+}
 
 
 def kv_cache_bytes(q: Query) -> int:
@@ -240,6 +323,8 @@ def bytes_moved(q: Query) -> int:
         return (rows * q["k"] + weights) * width + rows * q["n"] * 2
     if op == "attn_decode":
         return kv_cache_bytes(q) + 2 * q["batch"] * q["q_heads"] * q["head_dim"] * 2
+    if op in ELEMENTWISE_BYTES:
+        return ELEMENTWISE_BYTES[op](q)
     heads = 2 * q["q_heads"] + 2 * q["kv_heads"]  # q and out, k and v
     return heads * q["seq_len"] * q["head_dim"] * 2
 
@@ -378,7 +463,93 @@ def attn_prefill_tiers(q: Query) -> Tiers:
     return sdpa_tiers(make_inputs, "", math_competes=False)
 
 
+def rms_norm_tiers(q: Query) -> Tiers:
+    tokens, hidden = q["tokens"], q["hidden"]
+
+    def plain() -> Call:
+        x, w = rand(tokens, hidden), rand(hidden)
+        return lambda: F.rms_norm(x, (hidden,), w, 1e-6)
+
+    return [[("F.rms_norm", plain)]]
+
+
+def add_rms_norm_tiers(q: Query) -> Tiers:
+    """Residual add then RMSNorm, as engines fuse it (vLLM fused_add_rms_norm): in place."""
+    tokens, hidden = q["tokens"], q["hidden"]
+
+    def compiled() -> Call:
+        x, r, w = rand(tokens, hidden), rand(tokens, hidden), rand(hidden)
+        fn = _compiled_add_rms_norm()
+        return lambda: fn(x, r, w)
+
+    def unfused() -> Call:
+        x, r, w = rand(tokens, hidden), rand(tokens, hidden), rand(hidden)
+
+        def call() -> torch.Tensor:
+            r.add_(x)
+            return F.rms_norm(r, (hidden,), w, 1e-6)
+
+        return call
+
+    return [[("torch.compile add+rms_norm (one fused kernel)", compiled),
+             ("add_ + F.rms_norm (two kernels)", unfused)]]
+
+
+@functools.cache
+def _compiled_add_rms_norm() -> Callable:
+    def add_rms_norm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        s = x.float() + r.float()
+        y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+        return y.to(BF16), s.to(BF16)
+
+    return torch.compile(add_rms_norm)
+
+
+def silu_mul_tiers(q: Query) -> Tiers:
+    tokens, width = q["tokens"], q["width"]
+
+    def compiled() -> Call:
+        gu = rand(tokens, 2 * width)
+        fn = _compiled_silu_mul()
+        return lambda: fn(gu)
+
+    def unfused() -> Call:
+        gu = rand(tokens, 2 * width)
+        return lambda: F.silu(gu[:, :width]) * gu[:, width:]
+
+    return [[("torch.compile silu*mul (one fused kernel)", compiled),
+             ("F.silu * mul (two kernels)", unfused)]]
+
+
+@functools.cache
+def _compiled_silu_mul() -> Callable:
+    def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+        gate, up = gu.chunk(2, -1)
+        return F.silu(gate) * up
+
+    return torch.compile(silu_mul)
+
+
+def topk_softmax_tiers(q: Query) -> Tiers:
+    tokens, experts, top_k = q["tokens"], q["experts"], q["top_k"]
+
+    def plain() -> Call:
+        logits = rand(tokens, experts)
+
+        def call() -> torch.Tensor:
+            w, ids = logits.topk(top_k, dim=-1)
+            return w.float().softmax(-1), ids
+
+        return call
+
+    return [[("topk + softmax", plain)]]
+
+
 TIERS: dict[str, Callable[[Query], Tiers]] = {
+    "rms_norm": rms_norm_tiers,
+    "add_rms_norm": add_rms_norm_tiers,
+    "silu_mul": silu_mul_tiers,
+    "topk_softmax": topk_softmax_tiers,
     "copy": copy_tiers,
     "gemm": gemm_tiers,
     "grouped_gemm": grouped_gemm_tiers,
@@ -442,7 +613,7 @@ def time_variant(q: Query, impl: str, make: Callable[[], Call]) -> dict[str, obj
     """The measurement of one variant, or None (logged) where it raises."""
     try:
         samples = time_calls([make() for _ in range(input_sets(q))])
-    except RuntimeError as err:  # includes torch.cuda.OutOfMemoryError
+    except Exception as err:  # out of memory, a shape declined, capture or compile refused
         log_once(f"{q['op']} {impl}: {first_line(err)}")
         return None
     deciles = statistics.quantiles(samples, n=10, method="inclusive")
@@ -637,6 +808,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="list the grid; no GPU needed")
     parser.add_argument("--ops", type=lambda s: s.split(","), help="comma-separated op subset")
     parser.add_argument("--every", type=int, default=1, help="keep every N-th grid point")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="kernels",
+                        help="kernels: the fitted grid (default); floors: batch-1 and tiny "
+                        "shapes plus elementwise kernels, for per-kernel floors")
     args = parser.parse_args(argv)
     if not args.dry_run and not args.output:
         parser.error("-o/--output is required unless --dry-run")
@@ -645,7 +819,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    grid = select(build_grid(), args.ops, args.every)
+    grid = select(GRIDS[args.grid](), args.ops, args.every)
     if args.dry_run:
         for q in grid:
             print(json.dumps(q))
@@ -654,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     warnings.simplefilter("ignore", UserWarning)  # SDPA warns for each backend that declines
     torch.manual_seed(0)
-    device = describe_device()
+    device = {**describe_device(), "grid": args.grid}
     log(json.dumps(device))
     log(f"spin-up: {spin_up(SPIN_UP_SECONDS):.0f} TFLOP/s bf16 on 8192^3, clock ramp included")
     measurements = run_grid(grid)

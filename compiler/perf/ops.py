@@ -18,10 +18,11 @@
 * All terms are relative to the GPU's peaks, so another system can carry a curve as is.
 
 The curves' parameters come from a calibration file fitted to measurements on a real GPU
-(`rackc calibrate`, compiler/perf/fit.py); systems without measurements carry the H200's
-curves on their own datasheet peaks (`assumed`), and with no calibration at all the defaults
-below (REFERENCE-DATA.md D) apply. Memory-bound ops take a `placement` for GPUs with two
-memory domains (Rubin): die-local data streams at full bandwidth, interleaved and
+(`rackc calibrate`, compiler/perf/fit.py: NVIDIA AIConfigurator's kernel tables for the GPUs
+it covers, our own H200's); a system without measurements carries a kindred system's curves
+on its own datasheet peaks (`assumed`; Vera Rubin: GB300's), and with no calibration at all
+the defaults below (REFERENCE-DATA.md D) apply. Memory-bound ops take a `placement` for GPUs
+with two memory domains (Rubin): die-local data streams at full bandwidth, interleaved and
 other-domain data at the system's `hbm_interleaved_factor` / `hbm_remote_factor`.
 """
 

@@ -8,12 +8,17 @@ import numpy as np
 import pytest
 
 from compiler import catalog
-from compiler.perf import calibrate, fit, ops
+from compiler.perf import aiconfigurator, calibrate, fit, ops
 from compiler.perf.ops import Curve
 
 H200 = catalog.system("hgx-h200")
 RAW = catalog.calibration_path("hgx-h200", "raw.json")
-ASSUMED = tuple(name for name in catalog.system_names() if name != "hgx-h200")
+CONVERTED = tuple(sorted(aiconfigurator.SYSTEMS))
+# Systems with no published tables carry a converted system's curves (assumed): its basis.
+ASSUMED = {"vera-rubin-nvl72": "gb300-nvl72"}
+# Converted systems take the curves the tables lack (copy) from our H200 (benchmarks/README.md)
+FILL = {name: None if name == "hgx-h200" else str(catalog.calibration_path("hgx-h200"))
+        for name in CONVERTED}
 
 TRUE_GEMM = Curve(e_max=0.72, size_half=0.0, e_mem=0.85, overhead_us=3.5, depth_half=90.0,
                   streams_full=24.0)
@@ -111,27 +116,42 @@ def assert_same_document(got: object, want: object, where: str = "") -> None:
         assert got == want, where
 
 
-def test_committed_h200_calibration_is_the_fit_of_the_committed_raw(tmp_path: Path):
-    """If this fails after new measurements, refit: rackc calibrate --system hgx-h200
-    --from-raw compiler/catalog/calibration/hgx-h200.raw.json -o (the same path, .json)."""
-    out = tmp_path / "hgx-h200.json"
-    assert calibrate.run("hgx-h200", str(out), str(RAW))[0] == 0
-    assert_same_document(json.loads(out.read_text()), catalog.calibration("hgx-h200"))
-
-
-@pytest.mark.parametrize("system", ASSUMED)
-def test_committed_assumed_calibrations_carry_the_h200_curves(system: str, tmp_path: Path):
+@pytest.mark.parametrize("system", CONVERTED)
+def test_committed_calibration_is_the_fit_of_the_committed_conversion(system: str,
+                                                                      tmp_path: Path):
+    """If this fails after a new conversion, refit with the commands in benchmarks/README.md
+    ("Calibration from AIConfigurator")."""
     out = tmp_path / f"{system}.json"
-    h200 = str(catalog.calibration_path("hgx-h200"))
-    assert calibrate.run(system, str(out), scale_from=h200)[0] == 0
+    raw = catalog.calibration_path(system, "aiconfigurator.raw.json")
+    assert calibrate.run(system, str(out), str(raw), scale_from=FILL[system])[0] == 0
+    assert_same_document(json.loads(out.read_text()), catalog.calibration(system))
+
+
+def test_h200_conversion_takes_copies_from_our_own_measurements():
+    doc = catalog.calibration("hgx-h200")
+    own = fit.calibration(json.loads(RAW.read_text()), H200)
+    assert doc["curves"]["copy"] == own["curves"]["copy"]
+    assert "copy measured on NVIDIA H200" in doc["source"]
+
+
+@pytest.mark.parametrize(("system", "basis"), sorted(ASSUMED.items()))
+def test_committed_assumed_calibrations_carry_their_basis_curves(system: str, basis: str,
+                                                                  tmp_path: Path):
+    out = tmp_path / f"{system}.json"
+    assert calibrate.run(system, str(out), scale_from=str(catalog.calibration_path(basis)))[0] == 0
     assert out.read_text() == catalog.calibration_path(system).read_text()
     doc = json.loads(out.read_text())
-    assert doc["source"] == f"assumed: hgx-h200 efficiencies on {system} datasheet peaks"
-    assert doc["curves"]["gemm"]["fp4"] == doc["curves"]["gemm"]["fp8"]
+    assert doc["source"] == f"assumed: {basis} efficiencies on {system} datasheet peaks"
+    assert doc["curves"] == catalog.calibration(basis)["curves"]
+    assert doc["licence"] == catalog.calibration(basis)["licence"]
 
 
-def test_h200_fit_meets_the_kernel_goal_in_sample():
-    doc = catalog.calibration("hgx-h200")
+def test_every_catalog_system_has_a_calibration():
+    assert set(catalog.system_names()) == set(CONVERTED) | set(ASSUMED)
+
+
+def test_own_h200_fit_meets_the_kernel_goal_in_sample():
+    doc = fit.calibration(json.loads(RAW.read_text()), H200)
     for op, by_dtype in doc["fit"].items():
         for dtype, stats in by_dtype.items():
             assert stats["median_abs_err"] <= 0.10, (op, dtype)

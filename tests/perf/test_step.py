@@ -73,8 +73,9 @@ def test_speculation_emits_acceptance_tokens_per_step(vr):
 def test_die_local_placement_is_faster_on_rubin(vr):
     interleaved = dataclasses.replace(vr, die_local=False)
     shape = parse_shape("DEP16")
-    assert decode_step(vr, shape, 64, 30_000).breakdown["moe_experts"] \
-        < decode_step(interleaved, shape, 64, 30_000).breakdown["moe_experts"]
+    # batch 4: the expert GEMMs stream their weights (at batch 64 they are compute-bound)
+    assert decode_step(vr, shape, 4, 30_000).breakdown["moe_experts"] \
+        < decode_step(interleaved, shape, 4, 30_000).breakdown["moe_experts"]
 
 
 def test_prefix_hit_rate_follows_pool_capacity():

@@ -36,11 +36,14 @@ def node_names(plan, count: int) -> list[str]:
 
 
 def prefill(dgd: dict) -> dict:
-    """The prefill component, alone: the other workers scaled to no pods."""
+    """The prefill component, alone and one pod per replica (whatever shape the plan gave it):
+    the other workers scaled to no pods."""
     for comp in dgd["spec"]["components"]:
         if comp["type"] not in ("frontend", "prefill"):
             comp["replicas"] = 0
-    return component(dgd, "prefill")
+    comp = component(dgd, "prefill")
+    comp.pop("multinode", None)
+    return comp
 
 
 def set_gpus(spec: dict, n: int) -> None:
@@ -68,7 +71,9 @@ def _channel_pods(plan, files, per_node: int, shared: bool = False) -> None:
         set_gpus(spec, 1)
         spec["resourceClaims"] = [{"name": "compute-domain-channel",
                                    "resourceClaimTemplateName": template}]
-        main(spec)["resources"]["claims"] = [{"name": "compute-domain-channel"}]
+        main(spec)["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"},
+                                   "limits": {"memory": "1Gi", "nvidia.com/gpu": "1"},
+                                   "claims": [{"name": "compute-domain-channel"}]}
         [claim] = spec["resourceClaims"]
         if shared:  # one ResourceClaim for the pods: the DRA allocator puts them on one node
             claim["resourceClaimName"] = claim.pop("resourceClaimTemplateName")
@@ -82,7 +87,7 @@ def test_two_pods_per_node_each_claiming_a_channel_stay_pending(example):
     assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
     _channel_pods(plan, files, per_node=2)
     [finding] = [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
-    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-dep2)" in finding.where
+    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-dep" in finding.where
     assert "4 channel claims for 2 nodes" in finding.got
     assert "2 pods would stay Pending" in finding.hint
     assert rules.diagnostic(finding).render().startswith(

@@ -109,11 +109,18 @@ def test_a_controller_level_defect_is_named_with_its_rule(out, capsys):
 
     def double(dgd: dict) -> None:
         for comp in dgd["spec"]["components"]:
-            if comp.get("multinode"):
+            if comp["type"] == "decode":
                 comp["replicas"] = 0
-            elif comp["type"] != "frontend":
+            elif comp["type"] != "frontend":  # prefill, one pod per replica whatever its shape
+                comp.pop("multinode", None)
                 comp["replicas"] = 4
                 spec = comp["podTemplate"]["spec"]
+                spec.pop("nodeSelector", None)  # multinode shapes select a clique; pinned below
+                # two pods fit a tray's GPUs, memory and NICs, so only the channel claims collide
+                spec["containers"][0]["resources"] = {
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "limits": {"memory": "1Gi", "nvidia.com/gpu": "2"},
+                    "claims": [{"name": "compute-domain-channel"}]}
                 spec["affinity"] = {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                         {"matchFields": [{"key": "metadata.name", "operator": "In",
