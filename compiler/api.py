@@ -3,21 +3,20 @@
 
 import itertools
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from compiler import arch, graph
+from compiler import arch, graph, incremental
+from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_inputs
 from compiler.lower import lower
-from compiler.perf.predict import Layout, curve, predict_layout, workload
+from compiler.perf.predict import Layout, grouped_layouts, operating_point
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
-from compiler.shapes import parse_shape
 from compiler.solve import solve
 from compiler.targets_registry import targets
 from compiler.validate import rules
@@ -83,18 +82,18 @@ def read_plan(path: Path) -> Plan:
 
 
 def diff_plans(a: Plan, b: Plan) -> list[str]:
-    """Human-readable differences: instances added, removed or moved; metrics that changed."""
+    """Human-readable differences: instances matched by GPU set (stopped, started, moved,
+    renamed or reconfigured), memory domains and metrics that changed."""
     out = []
-    ia, ib = {i.id: i for i in a.instances}, {i.id: i for i in b.instances}
-    for key in sorted(set(ia) | set(ib)):
-        x, y = ia.get(key), ib.get(key)
-        if x is None:
-            out.append(f"+ {key}: {y.shape} on {','.join(y.trays)}")
-        elif y is None:
-            out.append(f"- {key}: {x.shape} on {','.join(x.trays)}")
-        elif (x.shape, x.gpus, x.max_batch) != (y.shape, y.gpus, y.max_batch):
-            out.append(f"~ {key}: {x.shape} on {','.join(x.trays)} (batch {x.max_batch}) -> "
-                       f"{y.shape} on {','.join(y.trays)} (batch {y.max_batch})")
+    same, stopped, started, moved = incremental.match(a, b)
+    out += [f"- {x.id}: {x.shape} on {','.join(x.trays)}" for x in stopped]
+    out += [f"+ {y.id}: {y.shape} on {','.join(y.trays)}" for y in started]
+    out += [f"~ {x.id}: {x.shape} on {','.join(x.trays)} -> {y.shape} on {','.join(y.trays)}"
+            for x, y in moved]
+    for x, y in same:
+        if (x.id, x.shape, x.max_batch) != (y.id, y.shape, y.max_batch):
+            out.append(f"~ {x.id}: {x.shape} on {','.join(x.trays)} (batch {x.max_batch}) -> "
+                       f"{y.id}: {y.shape} (batch {y.max_batch}), same GPUs")
     for key in sorted(set(a.memory) | set(b.memory)):
         if a.memory.get(key) != b.memory.get(key):
             out.append(f"~ memory.{key}: {_mem(a.memory.get(key))} -> {_mem(b.memory.get(key))}")
@@ -116,7 +115,6 @@ def _mem(m: object) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in m.model_dump().items() if v)
 
 
-UNBOUNDED_CONCURRENCY = 1e9
 
 
 @dataclass(frozen=True)
@@ -125,53 +123,68 @@ class CompileResult:
     artifacts: dict[str, str | bytes]  # path relative to OUT -> content
     seconds: dict[str, float]  # wall time per phase, for build_info only
     input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
+    # `--from`: the goodput a fresh compile (free to move every instance) would reach
+    fresh_goodput: float | None = None
 
 
 def layouts(instances: list[Instance]) -> list[Layout]:
     """Instances grouped by (role, shape, batch limits) for the perf model."""
-    counts = Counter((i.role, i.shape, i.max_batch, i.max_batched_tokens) for i in instances)
-    return [Layout(role, parse_shape(shape), n, batch,
-                   tokens if role == "prefill" else None)
-            for (role, shape, batch, tokens), n in sorted(counts.items())]
+    return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
+                           for i in instances)
 
 
 def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
-    """Metrics at the operating point: in throughput mode, unless the user fixed the
-    concurrency, demand is unbounded and admission stops at the SLO goodput. The prefix cache
-    is the plan's pool (its DRAM segments after the host budget)."""
-    groups = layouts(plan.instances)
-    w = workload(inputs)
-    if inputs.deployment.spec.objective.mode == "throughput" and \
-            inputs.deployment.spec.workload.concurrency is None:
-        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
+    plan's pool (its DRAM segments after the host budget)."""
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    p = predict_layout(inputs, groups, w, max_requests_per_s=goodput, pool_gib=pool)
-    return Predicted(**asdict(p), curve=curve(inputs, groups, pool_gib=pool))
+    return operating_point(inputs, layouts(plan.instances), goodput, pool)
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None) -> CompileResult:
+            emitter: EmitWorker | None = None, base: Plan | None = None,
+            unavailable: str | None = None) -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
+    `base`: the running plan whose instances stay where their GPUs are all still available;
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
     Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
     inputs = load_inputs(deployment)
+    if base is not None or unavailable:
+        inputs = incremental.with_failures(
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
     g = build_graph(inputs)
+    if base is not None:
+        incremental.check_base(base, inputs, g)
     pre = precheck(inputs, g)
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
     clock["loaded"] = time.perf_counter()
-    sol = solve(inputs, g, pre)
+    fresh = None
+    if base is not None:
+        sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
+        fresh = incremental.fresh_goodput(inputs, g, pre)
+    else:
+        sol = solve(inputs, g, pre)
     clock["solved"] = time.perf_counter()
     draft = lower(inputs, g, sol)
-    plan = draft.model_copy(update={
-        "predicted": predicted(inputs, draft, None if sol.problem.mode == "pinned"
-                               else sol.counts.objective)})
+    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
+    metrics = predicted(inputs, draft, goodput)
+    if goodput is not None:
+        supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
+        pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
+        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+                      layouts(draft.instances), pool)
+        if why:
+            metrics = metrics.model_copy(update={"balance": why})
+    plan = draft.model_copy(update={"predicted": metrics})
     clock["planned"] = time.perf_counter()
-    artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
     if emitter is not None:
-        artifacts.update(emitter.emit(plan, only))
+        emitter.start(plan, only)  # the child emits the targets while plan.yaml is written
+        artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
+        artifacts.update(emitter.result())
     else:
+        artifacts = {"plan.yaml": dump_plan(plan)}
         for name, emit in targets().items():
             if only is None or name in only:
                 artifacts.update(emit(plan))
@@ -181,4 +194,4 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh)

@@ -151,8 +151,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     try:
         from compiler import api
 
-        result = _with_progress("compiling", lambda: api.compile(Path(args.deployment), only,
-                                                                 emitter))
+        base = api.read_plan(Path(args.base)) if args.base else None
+        result = _with_progress("compiling", lambda: api.compile(
+            Path(args.deployment), only, emitter, base, args.unavailable))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
         output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
@@ -171,8 +172,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
           f"goodput {plan.solver.objective:g} requests/s")
-    for i in plan.instances:
-        print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
+    if base is not None:
+        from compiler import incremental
+
+        print("\n".join(incremental.changes(base, plan)
+                        + incremental.metrics(base, plan, result.fresh_goodput)))
+    else:
+        for i in plan.instances:
+            print(f"  {i.id:12s} {i.shape:8s} {','.join(i.trays)}")
     p = plan.predicted
     print(f"predicted: {p.tokens_per_s_per_user_p90:g} tokens/s per user (P90), "
           f"TTFT P90 {p.ttft_ms_p90:g} ms, {p.total_tokens_per_s_per_gpu:g} tokens/s per "
@@ -191,27 +198,37 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from compiler import api
-
     try:
-        result = _with_progress("predicting", lambda: api.compile(
-            Path(args.deployment), ("report",) if args.plot else ()))
-        if args.plot:
-            files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
-                                     "--plot", result.input_files)
+        p = None if args.plot else _predict_pinned(Path(args.deployment))
+        if p is None:
+            from compiler import api
+
+            result = _with_progress("predicting", lambda: api.compile(
+                Path(args.deployment), ("report",) if args.plot else ()))
+            if args.plot:
+                files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                                         "--plot", result.input_files)
+            p = result.plan.predicted
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = result.plan.predicted.model_dump(mode="json")
+    p = p.model_dump(mode="json")
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve"):
+        if key not in ("instances", "breakdown", "curve", "balance"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     return 0
+
+
+def _predict_pinned(path: Path) -> dict | None:
+    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py)."""
+    from compiler.pinned import predict_pinned
+
+    return predict_pinned(path)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -276,6 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 when OUT differs from what the inputs give")
     comp.add_argument("--format", choices=("text", "json"), default="text")
+    comp.add_argument("--from", dest="base", metavar="OLD/plan.yaml",
+                      help="the running plan: instances whose GPUs all stay available keep "
+                           "their ids and GPUs; print what stops, starts and moves")
+    comp.add_argument("--unavailable", metavar="ID[,ID...]",
+                      help="failed GPUs (r0-t07-g2), trays (r0-t07) or racks (r3)")
     comp.set_defaults(run=cmd_compile)
 
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")

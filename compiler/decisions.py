@@ -33,7 +33,10 @@ def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
 def _instance(inputs: Inputs, sol: Solution, inst: Instance) -> list[Decision]:
     c = next(x for x in sol.problem.candidates
              if x.shape.name == inst.shape and x.role == inst.role)
-    if sol.problem.mode == "pinned":
+    if inst.id in {k.id for k in sol.problem.kept}:
+        source, why = "rule:kept", ("kept from the running plan (--from): its GPUs are all "
+                                    "still available")
+    elif sol.problem.mode == "pinned":
         source, why = "user", "pinned in objective.instances"
     else:
         source = "solver"

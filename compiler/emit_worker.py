@@ -62,7 +62,15 @@ class EmitWorker:
         child.close()
 
     def emit(self, plan: Plan, only: tuple[str, ...] | None) -> dict[str, str | bytes]:
+        self.start(plan, only)
+        return self.result()
+
+    def start(self, plan: Plan, only: tuple[str, ...] | None) -> None:
+        """Hand the plan over; the child emits while the caller goes on (e.g. writes
+        plan.yaml)."""
         self._conn.send((plan, only))
+
+    def result(self) -> dict[str, str | bytes]:
         try:
             status, payload = self._conn.recv()
         except EOFError:

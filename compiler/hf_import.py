@@ -136,6 +136,7 @@ ARCHITECTURES: dict[str, Callable[[_Config], dict]] = {
     "Qwen3MoeForCausalLM": _qwen3_moe,
     "Glm4MoeForCausalLM": _glm4_moe,
     "LlamaForCausalLM": _llama,
+    "Qwen3ForCausalLM": _llama,  # dense Qwen3: Llama's layout plus per-head q/k RMSNorm
     "GptOssForCausalLM": _gpt_oss,
 }
 

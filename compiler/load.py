@@ -110,6 +110,8 @@ def load_inputs(deployment_path: Path) -> Inputs:
     errors.extend(check_objective(dep, dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
+    model = with_checkpoint(model, dep.spec.serving.checkpoint)
+    model = with_redundant_experts(model, dep.spec.serving.redundant_experts)
     sources = {"deployment": dsrc, "hardware": hw_doc.source, "model": model_src}
     digest = hashlib.sha256(b"\0".join(texts)).hexdigest()
     resolved = resolve(dep, hardware, model, system, sources, digest)
@@ -130,6 +132,27 @@ def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> 
                                   "a multiple of the attention kernel block", str(block),
                                   f"{problem}; leave block_size out to take "
                                   f"{resolved.attention_backend.value}'s")])
+
+
+def with_checkpoint(model: ModelV1, checkpoint) -> ModelV1:
+    """The Model as served from the deployment's `serving.checkpoint`, if it names one."""
+    if checkpoint is None:
+        return model
+    spec = model.spec
+    dtypes = spec.dtypes.model_copy(update={
+        "weights": checkpoint.weights or spec.dtypes.weights,
+        "experts": checkpoint.experts or spec.dtypes.experts})
+    return model.model_copy(update={"spec": spec.model_copy(update={
+        "dtypes": dtypes, "hf_id": checkpoint.hf_id or spec.hf_id})})
+
+
+def with_redundant_experts(model: ModelV1, redundant: int | None) -> ModelV1:
+    """The Model with the deployment's EPLB replicas, if it sets them (MoE models only:
+    check_serving rejects them for dense ones)."""
+    if redundant is None or model.spec.moe is None:
+        return model
+    moe = model.spec.moe.model_copy(update={"redundant_experts": redundant})
+    return model.model_copy(update={"spec": model.spec.model_copy(update={"moe": moe})})
 
 
 def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[Diagnostic],
@@ -315,6 +338,21 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",
                          "set `dram: true`: the HBM segments join the DRAM store"))
+    if dep.spec.serving.redundant_experts and mspec.moe is None:
+        out.append(_diag(src, ("spec", "serving", "redundant_experts"), "E105",
+                         "redundant experts for a mixture-of-experts model",
+                         str(dep.spec.serving.redundant_experts),
+                         f"{mspec.architecture} has no routed experts: remove the field"))
+    limits: dict[tuple[str, str], tuple] = {}
+    for j, pin in enumerate(dep.spec.objective.instances):
+        mine = (pin.max_batch, pin.max_batched_tokens)
+        if limits.setdefault((pin.role, pin.shape), mine) != mine:
+            out.append(_diag(src, ("spec", "objective", "instances", j), "E105",
+                             f"the batch limits of the other {pin.role} {pin.shape} entry",
+                             f"max_batch {pin.max_batch}, max_batched_tokens "
+                             f"{pin.max_batched_tokens}",
+                             "instances of one role and shape share one engine "
+                             "configuration: give them the same limits, or merge the entries"))
     return out
 
 

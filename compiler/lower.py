@@ -16,8 +16,10 @@ from compiler.plan import (
     Instance,
     KvPool,
     ModelInfo,
+    PhaseSolve,
     Plan,
     PoolSegment,
+    RackSolve,
     Routing,
     Serving,
     SolverInfo,
@@ -27,7 +29,7 @@ from compiler.plan import (
 from compiler.resolve import Choice, is_multi_node_nvlink
 from compiler.shapes import Shape
 from compiler.solve import Solution
-from compiler.solve.place import gpu_index
+from compiler.solve.place import gap, gpu_index
 
 
 def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
@@ -54,7 +56,9 @@ def _model(inputs: Inputs) -> ModelInfo:
         attention=m.attention.kind, sparse_attention=m.attention.indexer is not None,
         weights_dtype=m.dtypes.weights, experts_dtype=m.dtypes.experts,
         expert_format=inputs.resolved.expert_format.value, moe=m.moe is not None,
-        experts=m.moe.experts if m.moe else 0, engram_tables=m.engram.tables if m.engram else 0,
+        experts=m.moe.experts if m.moe else 0,
+        redundant_experts=m.moe.redundant_experts if m.moe else 0,
+        engram_tables=m.engram.tables if m.engram else 0,
         engram_table_bytes=round(m.engram.table_gib * arch.GIB) if m.engram else 0)
 
 
@@ -71,6 +75,10 @@ def _serving(inputs: Inputs) -> Serving:
                    attention_options=r.attention_options.value,
                    linear_backend=r.linear_backend.value, speculative=spec,
                    engram_placement=r.engram_placement.value)
+
+
+def _number(instance_id: str) -> int:
+    return int(instance_id.rsplit("-", 1)[1])
 
 
 def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, list[Choice]]:
@@ -99,17 +107,20 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, 
 
 def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                ) -> tuple[list[Instance], list[Decision]]:
+    """Kept instances keep their ids; new ones are numbered per role in GPU order, from the
+    first number the running plan has not used (0 in a fresh compile)."""
     index = gpu_index(sol.problem)
-    rows = sorted(zip(sol.wanted, sol.candidates, sol.placement.gpus, strict=True),
+    rows = sorted(zip(sol.wanted, sol.candidates, sol.gpus, sol.ids, strict=True),
                   key=lambda r: (r[0].role, index[r[2][0]]))
-    out, made, counter = [], [], {}
-    for w, c, gpus in rows:
-        k = counter.get(w.role, 0)
-        counter[w.role] = k + 1
+    out, made, counter = [], [], dict(sol.problem.next_id)
+    for w, c, gpus, kept_id in rows:
+        if kept_id is None:
+            k = counter.get(w.role, 0)
+            counter[w.role] = k + 1
         need = w.need
         util = round(100 * (need.capacity_gib - need.reserved_gib) / need.capacity_gib) / 100
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
-        iid = f"{w.role}-{k:02d}"
+        iid = kept_id or f"{w.role}-{k:02d}"
         fields, choices = _engine(inputs, w.role, w.shape, len(trays))
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
@@ -118,16 +129,16 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                             gpu_memory_utilization=util, **fields))
         made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})
                  for ch in choices]
-    return out, made
+    return sorted(out, key=lambda i: (i.role, _number(i.id))), made
 
 
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
+    need = {(w.role, w.shape.name): w.need for w in sol.wanted}
     out = {}
     for inst in instances:
-        w = next(x for x in sol.wanted if x.shape.name == inst.shape and x.role == inst.role)
         for gpu in inst.gpus:
             for dom in graph.domains_of_gpu(g, gpu):
-                out[dom] = w.need
+                out[dom] = need[inst.role, inst.shape]
     return dict(sorted(out.items(), key=lambda kv: graph._natural(kv[0])))
 
 
@@ -179,6 +190,25 @@ def _pool(inputs: Inputs, host: dict[str, HostMemory],
     return KvPool(enabled=True, segments=segs, total_gib=round(sum(s.gib for s in segs), 3))
 
 
+def _solver(sol: Solution) -> SolverInfo:
+    """Status, objective and gap of both phases, and of each per-rack placement model."""
+    c, p = sol.counts, sol.placement
+    racks = [RackSolve(domains=list(r.domains), status=r.status, objective=round(r.objective, 3),
+                       bound=round(r.bound, 3), gap=round(r.gap, 6)) for r in p.domains]
+    return SolverInfo(
+        status="OPTIMAL" if c.status == p.status == "OPTIMAL" else "FEASIBLE",
+        objective=round(c.objective, 3), bound=round(c.bound, 3),
+        seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3),
+        counts=PhaseSolve(status=c.status, objective=round(c.objective, 3),
+                          bound=round(c.bound, 3), gap=round(gap(c.objective, c.bound), 6),
+                          seconds=c.deterministic_seconds),
+        placement=PhaseSolve(status=p.status, objective=round(p.objective, 3),
+                             bound=round(p.bound, 3),
+                             gap=max((r.gap for r in racks), default=0.0),
+                             seconds=p.deterministic_seconds),
+        racks=racks)
+
+
 def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     """The plan without predictions (the perf model reads the plan's pool)."""
     model = _model(inputs)
@@ -190,8 +220,6 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
                                 instances, kv_pool, inputs.resolved.host)
     routing = inputs.deployment.spec.serving.routing
-    c, p = sol.counts, sol.placement
-    both_optimal = c.status == "OPTIMAL" and p.status == "OPTIMAL"
     return Plan(
         inputs_digest=inputs.resolved.digest,
         hardware=hardware,
@@ -204,9 +232,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         kv_pool=kv_pool,
         routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
                         block_size=inputs.resolved.block_size.value),
-        solver=SolverInfo(status="OPTIMAL" if both_optimal else "FEASIBLE",
-                          objective=round(c.objective, 3), bound=round(c.bound, 3),
-                          seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3)),
+        solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances, made + trimmed)
                          + site.decisions(inputs, site_plan), key=lambda d: d.path),

@@ -74,7 +74,9 @@ def weights_gib_per_gpu(model: ModelSpec, shape: Shape, with_draft: bool = False
     p = arch.params(model)
     eb = arch.WEIGHT_BYTES[model.dtypes.experts]
     wb = arch.WEIGHT_BYTES[model.dtypes.weights]
-    experts = p.routed_experts * eb / shape.gpus
+    # EPLB replicas live on expert-parallel ranks only
+    replicas = model.moe.slots / model.moe.experts if model.moe and shape.ep > 1 else 1.0
+    experts = p.routed_experts * replicas * eb / shape.gpus
     rest = p.non_expert * wb / shape.tp
     draft = 0.0
     if with_draft and model.draft:

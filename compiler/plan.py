@@ -5,6 +5,7 @@ this machine or absolute paths, so the same inputs give a byte-identical `plan.y
 Targets import this module only.
 """
 
+from functools import cached_property
 from typing import Literal
 
 import yaml
@@ -55,6 +56,7 @@ class ModelInfo(Frozen):
     expert_format: str  # how the engine loads the routed experts: mxfp4 | nvfp4 | fp8 | bf16
     moe: bool
     experts: int
+    redundant_experts: int = 0  # EPLB replicas over the EP ranks (vLLM --eplb-config)
     engram_tables: int
     engram_table_bytes: int
 
@@ -146,11 +148,34 @@ class Routing(Frozen):
     block_size: int
 
 
-class SolverInfo(Frozen):
+class PhaseSolve(Frozen):
+    """One phase of the solve (counts: goodput, maximised; placement: summed over racks)."""
+
     status: str
     objective: float
     bound: float
+    gap: float  # relative; placement: the worst rack's
+    seconds: float  # CP-SAT deterministic time
+
+
+class RackSolve(Frozen):
+    """One per-rack placement model; `domains` are the racks that share its solution."""
+
+    domains: list[str]
+    status: str
+    objective: float
+    bound: float
+    gap: float
+
+
+class SolverInfo(Frozen):
+    status: str  # OPTIMAL when both phases are
+    objective: float  # goodput, requests/s
+    bound: float
     seconds: float  # CP-SAT deterministic time: reproducible, unlike wall time
+    counts: PhaseSolve
+    placement: PhaseSolve
+    racks: list[RackSolve]
 
 
 class Images(Frozen):
@@ -263,6 +288,8 @@ class Predicted(Frozen):
     requests_per_s: float
     prefill_utilisation: float
     curve: list[CurvePoint]
+    # why the counts (compiler/balance.py): the binding role, what spare instances buy
+    balance: dict[str, str | int | float] | None = None
 
 
 class Decision(Frozen):
@@ -294,11 +321,38 @@ class Plan(Frozen):
     def pod_size(self, instance_id: str) -> PodSize:
         return next(p for p in self.site.pods if p.instance == instance_id)
 
+    # lookups, indexed once per plan so that targets stay linear in its size
     def instance(self, instance_id: str) -> Instance:
-        return next(i for i in self.instances if i.id == instance_id)
+        return self._instances_by_id[instance_id]
 
     def tray(self, tray_id: str) -> Tray:
-        return next(t for t in self.hardware.trays if t.id == tray_id)
+        return self._trays_by_id[tray_id]
+
+    def tray_of_gpu(self, gpu: str) -> Tray:
+        return self._tray_by_gpu[gpu]
+
+    def engram_groups(self, gpus: list[str]) -> set[str]:
+        """The Engram shard groups whose shards live on these GPUs' memory domains."""
+        return {grp for g in gpus for grp in self._engram_groups_by_gpu.get(g, ())}
+
+    @cached_property
+    def _instances_by_id(self) -> dict[str, Instance]:
+        return {i.id: i for i in self.instances}
+
+    @cached_property
+    def _trays_by_id(self) -> dict[str, Tray]:
+        return {t.id: t for t in self.hardware.trays}
+
+    @cached_property
+    def _tray_by_gpu(self) -> dict[str, Tray]:
+        return {g: t for t in self.hardware.trays for g in t.gpus}
+
+    @cached_property
+    def _engram_groups_by_gpu(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for s in self.engram_shards:
+            out.setdefault(s.domain.rsplit("-d", 1)[0], set()).add(s.group)
+        return out
 
 
 def dump_plan(plan: Plan) -> str:

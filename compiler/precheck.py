@@ -6,15 +6,17 @@ decode: over the instance's own GPUs), plus workspace, against usable HBM.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from compiler import arch, graph
+from compiler import arch
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
 from schemas.source import format_path
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 ROLES = ("prefill", "decode")
 
@@ -45,12 +47,24 @@ class Precheck:
         return [f.shape for f in self.fits if f.role == role and f.fits]
 
 
-def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
+def precheck(inputs: Inputs, g: "nx.Graph") -> Precheck:
+    from compiler import graph
+
+    return precheck_counts(inputs, len(graph.available_gpus(g)))
+
+
+def precheck_counts(inputs: Inputs, available: int) -> Precheck:
+    """`precheck` given the number of available GPUs (no topology graph needed)."""
     model, system = inputs.model.spec, inputs.system
-    available = len(graph.available_gpus(g))
     capacity = system.gpu.hbm_gib.value
     fits = []
-    for shape in candidate_shapes(model, system, max(available, 1)):
+    shapes = candidate_shapes(model, system, max(available, 1))
+    for name in _named(inputs):  # a pinned or named shape outside the usual sizes (EP48)
+        shape = parse_shape(name)
+        if shape and shape not in shapes and \
+                shape_problem(shape, model, system, max(available, 1)) is None:
+            shapes.append(shape)
+    for shape in shapes:
         for role in ROLES:
             share = max(available, 1) if role == "prefill" else shape.gpus
             mem = gpu_budget(inputs, role, shape, share)
@@ -58,6 +72,13 @@ def precheck(inputs: Inputs, g: nx.Graph) -> Precheck:
     diagnostics = (_diagnose(inputs, fits, available, capacity)
                    + _check_pins(inputs, fits, available))
     return Precheck(tuple(fits), tuple(diagnostics))
+
+
+def _named(inputs: Inputs) -> list[str]:
+    """Shape names the deployment writes: its pins and objective.shapes."""
+    objective = inputs.deployment.spec.objective
+    return [e.shape for e in objective.instances] + [
+        n for role in ROLES for n in getattr(objective.shapes, role) or []]
 
 
 def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Diagnostic]:

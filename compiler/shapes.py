@@ -49,8 +49,9 @@ def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: in
     """Why `shape` cannot be used for this model on this system, or None."""
     if shape.ep > 1 and not model.moe:
         return f"{model.architecture} has no experts to spread (use TPn)"
-    if shape.ep > 1 and model.moe and model.moe.experts % shape.ep:
-        return f"{model.moe.experts} experts do not split evenly over EP{shape.ep}"
+    if shape.ep > 1 and model.moe and model.moe.slots % shape.ep:
+        return (f"{model.moe.slots} experts do not split evenly over EP{shape.ep} (redundant "
+                "experts, serving.redundant_experts, can make them)")
     if shape.gpus > total_gpus:
         return f"needs {shape.gpus} GPUs, the hardware has {total_gpus}"
     domain = int(system.rack.nvlink_domain_gpus.value)

@@ -30,6 +30,10 @@ class Workload(StrictModel):
     profile: Literal["fixed", "chat", "agentx"]
     isl: count(TOKENS) | None = Field(None, description="Mean input tokens per request")
     osl: count(TOKENS) | None = Field(None, description="Mean output tokens per request")
+    isl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
+        None, description="Coefficient of variation of input lengths (0: all alike)")
+    osl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
+        None, description="Coefficient of variation of output lengths (0: all alike)")
     concurrency: count(1 << 20) | None = Field(None, description="Requests in flight")
     prefix_reuse: Fraction | None = Field(
         None, description="Share of input tokens that repeat an earlier request's prefix"
@@ -44,6 +48,12 @@ class PinnedInstances(StrictModel):
     role: Role
     shape: str = Field(pattern=SHAPE)
     count: int = Field(ge=1, le=4608, description="Instances (at most the GPUs of 64 NVL72 racks)")
+    max_batch: Annotated[int, Field(ge=1, le=1 << 16)] | None = Field(
+        None, description="Requests per DP rank (vLLM --max-num-seqs); default: what the KV "
+                          "holds (decode, up to 1,024) or 64 (prefill)")
+    max_batched_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = Field(
+        None, description="Tokens per DP rank per step (vLLM --max-num-batched-tokens); "
+                          "default: the best prefill chunk, or the decode batch's tokens")
 
 
 ShapeName = Annotated[str, Field(pattern=SHAPE)]
@@ -93,8 +103,25 @@ class Routing(StrictModel):
     overlap_score_credit: Fraction = 1.0
 
 
+class Checkpoint(StrictModel):
+    """Serve the Model's architecture from another checkpoint (e.g. its NVFP4 or FP8
+    quantisation) without copying the Model: what differs is the weights' dtypes and where
+    they are downloaded from."""
+
+    hf_id: str | None = Field(None, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
+                              description="Hugging Face repository of the checkpoint")
+    weights: Literal["fp4", "fp8", "bf16"] | None = Field(
+        None, description="Attention, dense and shared weights (default: the Model's)")
+    experts: Literal["fp4", "fp8", "bf16"] | None = Field(
+        None, description="Routed expert weights (default: the Model's)")
+
+
 class Serving(StrictModel):
     speculative: Speculative | None = None
+    checkpoint: Checkpoint | None = None
+    redundant_experts: count(4096, least=0) | None = Field(
+        None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
+                          "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")
     kv_cache_dtype: Literal["fp8", "bf16"] | None = Field(None, description="Default: the model's")
     kv_pool: KvPool | None = None
     engram_placement: Literal["hbm", "dram"] = "hbm"

@@ -52,6 +52,15 @@ class Moe(StrictModel):
     shared_expert_layer_fraction: Fraction = Field(
         1.0, description="Share of MoE layers whose sub-layer ends with the shared expert"
     )
+    redundant_experts: count(4096, least=0) = Field(
+        0, description="Extra replicas of routed experts spread over the EP ranks (EPLB), so "
+                       "that experts + redundant divide by the EP size; a Deployment's "
+                       "serving.redundant_experts sets it")
+
+    @property
+    def slots(self) -> int:
+        """Expert replicas the EP ranks hold between them."""
+        return self.experts + self.redundant_experts
 
 
 class Engram(StrictModel):

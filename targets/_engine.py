@@ -48,6 +48,9 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
         flags += ["--enable-expert-parallel"]
         if instance.all2all_backend:
             flags += ["--all2all-backend", instance.all2all_backend]
+        if plan.model.redundant_experts:  # EPLB: the replicas the shape was sized with
+            flags += ["--enable-eplb", "--eplb-config",
+                      compact_json({"num_redundant_experts": plan.model.redundant_experts})]
     return flags
 
 
@@ -98,8 +101,7 @@ def engram_config(plan: Plan, instance: Instance) -> dict | None:
         return None
     if instance.engram == "host":
         return {"cpu_offload": True}
-    gpus = set(instance.gpus)
-    groups = {s.group for s in plan.engram_shards if s.domain.rsplit("-d", 1)[0] in gpus}
+    groups = plan.engram_groups(instance.gpus)
     if groups != {instance.id}:
         raise TargetError(
             f"engram_shards: instance {instance.id} holds shards of groups {sorted(groups)}; "

@@ -28,7 +28,7 @@ class RankGroup:
 
 
 def tray_of(plan: Plan, gpu: str) -> str:
-    return next(t.id for t in plan.hardware.trays if gpu in t.gpus)
+    return plan.tray_of_gpu(gpu).id
 
 
 def rank_groups(plan: Plan, instance: Instance) -> tuple[RankGroup, ...]:

@@ -26,7 +26,9 @@ _YAML11_BOOL = re.compile(r"^(?:y|Y|n|N)$")
 _NO_FOLDING = 1 << 20
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    """libyaml's emitter when present (the goldens pin its output to the pure-Python one's)."""
+
     def ignore_aliases(self, data: object) -> bool:
         return True
 

@@ -42,6 +42,7 @@ def performance_md(plan: Plan) -> str:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += fallbacks_md(plan)
+    lines += _balance_lines(p.get("balance"))
     for phase in ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
         total = sum(steps.values()) or 1.0
@@ -70,6 +71,28 @@ def fallbacks_md(plan: Plan) -> list[str]:
         shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3})" if len(paths) > 3 else "")
         out.append(f"| {shown} | {value} | {source} | {why} |")
     return out
+
+
+def _balance_lines(b: dict | None) -> list[str]:
+    """Why the counts (compiler/balance.py): the binding role and what the spare buys."""
+    if not b:
+        return []
+    bind = b["binding_role"]
+    other = "prefill" if bind == "decode" else "decode"
+    instead = b["one_more_binding_instance_goodput"]
+    more = (f"would leave GPUs for only {instead:g} requests/s of {other}" if instead
+            else f"would leave no GPUs for {other}")
+    lines = ["", "## Why this layout", "",
+             f"Goodput is bound by {bind}: its instances sustain "
+             f"{b['binding_supply_requests_per_s']:g} requests/s at the SLO. One more {bind} "
+             f"instance {more}, so the rest of the GPUs serve {other}; of its instances "
+             f"{b[f'{other}_instances_needed']} carry the goodput and "
+             f"{b[f'{other}_instances_spare']} are spare."]
+    if "ttft_ms_p90_with_spare" in b:
+        lines += ["", f"| with the spare {other} | with | without |", "|---|---|---|"]
+        for key in ("ttft_ms_p50", "ttft_ms_p90", "prefill_utilisation", "prefix_hit_rate"):
+            lines.append(f"| {key} | {b[key + '_with_spare']:g} | {b[key + '_without_spare']:g} |")
+    return lines
 
 
 def _png(fig) -> bytes:
@@ -102,31 +125,89 @@ def curve_png(plan: Plan) -> bytes:
     return _png(fig)
 
 
+HGX_NODES_PER_PANEL = 16
+LABELLED_PANELS = 2  # instance ids written on the GPUs up to this many panels
+
+
+def panels(plan: Plan) -> list[tuple[str, list]]:
+    """(title, trays) per panel: one per NVLink rack; HGX nodes in runs of 16."""
+    trays = plan.hardware.trays
+    if plan.hardware.form == "hgx":
+        n = HGX_NODES_PER_PANEL
+        return [(f"{trays[k].id} .. {trays[min(k + n, len(trays)) - 1].id}", trays[k:k + n])
+                for k in range(0, len(trays), n)]
+    out: dict[str, list] = {}
+    for t in trays:
+        out.setdefault(t.nvlink_domain, []).append(t)
+    return list(out.items())
+
+
 def rack_png(plan: Plan) -> bytes:
-    """Trays as rows, GPUs as columns, each GPU split into its memory domains (one cell
-    each), coloured by the role of the instance using it (dark: unavailable, grey: idle)."""
+    """One panel per rack (HGX: per 16 nodes): trays as rows, GPUs as columns, each GPU split
+    into its memory domains (one cell each), coloured by the role of the instance using it
+    (dark: unavailable, grey: idle). Panels are drawn into one image, so the cost grows with
+    the GPUs, not with matplotlib artists per rack."""
+    import numpy as np
     from matplotlib.colors import to_rgb
 
     role_of = {g: i.role for i in plan.instances for g in i.gpus}
-    label_of = {i.gpus[0]: i.id for i in plan.instances}
-    trays = plan.hardware.trays
     per, doms = plan.hardware.gpus_per_tray, plan.hardware.domains_per_gpu
     down = set(plan.hardware.unavailable_gpus)
-    cells = [[to_rgb(DOWN_COLOUR if g in down else ROLE_COLOURS[role_of.get(g)])
-              for g in tray.gpus for _ in range(doms)] for tray in trays]
-    fig = _figure(1.6 + 1.1 * per, 1.0 + 0.3 * len(trays))
-    ax = fig.add_axes((0.14, 0.04, 0.84, 0.88))
-    ax.imshow(cells, aspect="auto", interpolation="nearest", extent=(0, per, len(trays), 0))
-    for x in range(1, per * doms):
-        ax.axvline(x / doms, color="white", linewidth=2 if x % doms == 0 else 0.6,
-                   linestyle="-" if x % doms == 0 else ":")
-    for row, tray in enumerate(trays):
-        ax.axhline(row, color="white", linewidth=1)
-        for col, gpu in enumerate(tray.gpus):
-            if gpu in label_of:
-                ax.text(col + 0.05, row + 0.65, label_of[gpu], fontsize=6, color="white")
-    ax.set_yticks([r + 0.5 for r in range(len(trays))], [t.id for t in trays], fontsize=6)
-    ax.set_xticks([c + 0.5 for c in range(per)], [f"g{c}" for c in range(per)], fontsize=7)
-    ax.xaxis.tick_top()
-    ax.set_title(f"{plan.hardware.system}: role per GPU and memory domain", fontsize=9, pad=14)
+    colour = {key: to_rgb(c) for key, c in ROLE_COLOURS.items()}
+    dark, white = to_rgb(DOWN_COLOUR), (1.0, 1.0, 1.0)
+    groups = panels(plan)
+    cols = min(len(groups), 8)
+    rows = -(-len(groups) // cols)
+    height = max(len(trays) for _, trays in groups)
+    cell_w, gap_x, gap_y = per * doms, doms, 2  # gaps between panels, in cells
+    pw, ph = cell_w + gap_x, height + gap_y
+    image = np.ones((rows * ph, cols * pw - gap_x, 3))
+    for k, (_, trays) in enumerate(groups):
+        y0, x0 = (k // cols) * ph + gap_y, (k % cols) * pw
+        for r, tray in enumerate(trays):
+            image[y0 + r, x0:x0 + cell_w] = [
+                dark if g in down else colour[role_of.get(g)] for g in tray.gpus
+                for _ in range(doms)]
+    labelled = len(groups) <= LABELLED_PANELS
+    if labelled:  # room for tray ids and instance labels
+        fig = _figure(1.6 + 1.1 * per * cols, 1.0 + 0.3 * image.shape[0])
+        ax = fig.add_axes((0.14 / cols, 0.02, 1 - 0.16 / cols, 0.9))
+    else:
+        fig = _figure(0.6 + 0.09 * image.shape[1], 0.8 + 0.09 * image.shape[0])
+        ax = fig.add_axes((0.02, 0.01, 0.96, 0.94))
+    ax.imshow(image, aspect="auto", interpolation="nearest",
+              extent=(0, image.shape[1], image.shape[0], 0))
+    hy, hx0, hx1, vx, vy0, vy1, dx, dy0, dy1 = ([] for _ in range(9))
+    for k, (title, trays) in enumerate(groups):
+        y0, x0 = (k // cols) * ph + gap_y, (k % cols) * pw
+        ax.text(x0, y0 - 0.3, title, fontsize=7)
+        hy += [y0 + r for r in range(1, len(trays))]
+        hx0 += [x0] * (len(trays) - 1)
+        hx1 += [x0 + cell_w] * (len(trays) - 1)
+        vx += list(range(x0 + doms, x0 + cell_w, doms))
+        vy0 += [y0] * (per - 1)
+        vy1 += [y0 + len(trays)] * (per - 1)
+        split = [x0 + x for x in range(1, cell_w) if x % doms]  # memory domains of a GPU
+        dx += split
+        dy0 += [y0] * len(split)
+        dy1 += [y0 + len(trays)] * len(split)
+        if labelled:
+            _label_panel(ax, plan, trays, x0, y0, doms)
+    ax.hlines(hy, hx0, hx1, color=white, linewidth=0.6)
+    ax.vlines(vx, vy0, vy1, color=white, linewidth=1.2)
+    if dx:
+        ax.vlines(dx, dy0, dy1, color=white, linewidth=0.4, linestyles=":")
+    ax.set_axis_off()
+    ax.set_title(f"{plan.hardware.system}: role per GPU and memory domain "
+                 f"({len(groups)} panel{'s' if len(groups) != 1 else ''})", fontsize=9)
     return _png(fig)
+
+
+def _label_panel(ax, plan: Plan, trays: list, x0: int, y0: int, doms: int) -> None:
+    label_of = {i.gpus[0]: i.id for i in plan.instances}
+    for r, tray in enumerate(trays):
+        ax.text(x0 - 0.2, y0 + r + 0.7, tray.id, fontsize=6, ha="right")
+        for c, gpu in enumerate(tray.gpus):
+            if gpu in label_of:
+                ax.text(x0 + c * doms + 0.1, y0 + r + 0.7, label_of[gpu], fontsize=6,
+                        color="white")

@@ -82,15 +82,24 @@ def calibration_path(system_name: str, suffix: str = "json") -> Path:
     return Path(str(_CALIBRATION / f"{system_name}.{suffix}"))
 
 
+FLOORS_MEASURED_ON = "hgx-h200"  # the one system whose CUDA-graph kernel floors we measured
+
+
+@functools.cache
+def floors(system_name: str) -> dict:
+    """Per-kernel floors under CUDA graphs (compiler/perf/floors.py): the system's own file,
+    else the H200's, marked assumed (a kernel's floor is launch and sync, not bandwidth)."""
+    for name, note in ((system_name, ""), (FLOORS_MEASURED_ON, "assumed: the H200's floors; ")):
+        path = calibration_path(name, "floors.json")
+        if path.exists():
+            data = json.loads(path.read_text())
+            return {**data, "source": note + data["source"]}
+    return {"floors": {}, "source": "none: the curves' fitted overheads"}
+
+
 @functools.cache
 def calibration(system_name: str) -> dict | None:
     """The fitted calibration of a system, or None when it only scales from datasheets."""
     path = calibration_path(system_name)
     return json.loads(path.read_text()) if path.exists() else None
 
-
-@functools.cache
-def serving_calibration() -> dict:
-    """End-to-end parameters fitted to REFERENCE-DATA.md C1 (benchmarks/fit_e2e.py)."""
-    path = calibration_path("serving")
-    return json.loads(path.read_text()) if path.exists() else {}

@@ -2,7 +2,8 @@
 
 `add_perf_commands(subparsers)` adds them to rackc's argparse subparsers; each sets
 `run=fn` with `fn(args) -> int` (the exit code), as compiler/cli.py's other commands do.
-stdout carries results, stderr diagnostics; 0 OK, 2 bad input.
+stdout carries results, stderr diagnostics; 0 OK, 2 bad input. The commands' modules (the
+fitter, numpy) are imported when a command runs, not when rackc builds its parser.
 """
 
 import argparse
@@ -10,19 +11,23 @@ import io
 import json
 import sys
 
-from compiler import catalog
-from compiler.perf import calibrate, query
-from compiler.perf.ops import op_model
+OPS = ("gemm", "grouped_gemm", "attn_decode", "attn_prefill", "indexer", "copy")
+CALIBRATE_HELP = "Write the calibration file the catalog loads for a system."
 
 
 def cmd_perf_ops(args: argparse.Namespace) -> int:
     """Answer JSON Lines queries from stdin, one line out per good line in."""
+    from compiler import catalog
+    from compiler.perf import calibrate, query
+    from compiler.perf.ops import op_model
+
     try:
         system = calibrate.resolve_system(args.system)
     except calibrate.CalibrationError as exc:
         sys.stderr.write(exc.diagnostic.render() + "\n")
         return 2
-    model = op_model(system, catalog.calibration(system.name))
+    model = op_model(system, catalog.calibration(system.name),
+                     catalog.floors(system.name)["floors"])
     # Undecodable bytes become U+FFFD, so such a line is reported as bad JSON, not a crash.
     stdin = (io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
              if hasattr(sys.stdin, "buffer") else sys.stdin)
@@ -38,6 +43,8 @@ def cmd_perf_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from compiler.perf import calibrate
+
     code, out, err = calibrate.run(args.system, args.output, args.from_raw, args.scale_from,
                                    args.from_aiconfigurator)
     for line in out:
@@ -56,13 +63,13 @@ def add_perf_commands(sub: argparse._SubParsersAction) -> None:
         description="Each stdin line is a query such as "
                     '{"op":"gemm","dtype":"bf16","m":128,"n":4096,"k":7168}; each answer is '
                     'the query plus "us" (predicted microseconds). Ops: '
-                    + ", ".join(query.FORMS) + ".")
+                    + ", ".join(OPS) + ".")
     ops.add_argument("--system", required=True, help="catalog system, e.g. hgx-h200")
     ops.set_defaults(run=cmd_perf_ops)
 
     cal = sub.add_parser(
         "calibrate", help="measure and fit operator efficiency curves; write a calibration file",
-        description=calibrate.__doc__.split("\n\n")[0] if calibrate.__doc__ else None)
+        description=CALIBRATE_HELP)
     cal.add_argument("--system", required=True, help="catalog system the file is for")
     cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     cal.add_argument("--from-raw", metavar="RAW.json",

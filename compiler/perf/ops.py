@@ -29,15 +29,15 @@ other-domain data at the system's `hbm_interleaved_factor` / `hbm_remote_factor`
 import math
 from dataclasses import dataclass, field, fields
 
-import numpy as np
-
 from compiler.catalog.system import System
+from compiler.perf import routing
 
 DTYPES = ("bf16", "fp8", "fp4")
 BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}  # fp4: 4-bit values + one fp8 scale per 16
 PLACEMENTS = ("local", "interleaved", "remote")
 ANY_DTYPE = "any"  # curve key of ops without a dtype (copy)
 TILE = 128  # columns of one CTA output tile: the Hopper/Blackwell CUTLASS default 128x128
+FULL_TILE = 1e12  # `size` of work computed in whole tiles: no small-size loss left to model
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,32 @@ class Curve:
     def memory_eff(self, streams: float) -> float:
         if not self.streams_full:
             return self.e_mem
-        return self.e_mem * np.minimum(1.0, streams / self.streams_full)
+        return self.e_mem * _minimum(1.0, streams / self.streams_full)
 
     def time_us(self, work: Work, flops_per_us: float, hbm_bytes_per_us: float) -> float:
         compute = work.flops / (flops_per_us * self.compute_eff(work.size, work.depth))
         limited = work.nbytes - work.free_bytes
         memory = (limited / (hbm_bytes_per_us * self.memory_eff(work.streams))
                   + work.free_bytes / (hbm_bytes_per_us * self.e_mem))
-        return self.overhead_us + np.maximum(compute, memory)
+        return self.overhead_us + _maximum(compute, memory)
+
+
+def _minimum(a, b):
+    """Elementwise for the fitter's numpy arrays, plain (and fast, with no numpy import) for
+    the predictor's floats."""
+    if hasattr(a, "__array__") or hasattr(b, "__array__"):
+        import numpy as np
+
+        return np.minimum(a, b)
+    return min(a, b)
+
+
+def _maximum(a, b):
+    if hasattr(a, "__array__") or hasattr(b, "__array__"):
+        import numpy as np
+
+        return np.maximum(a, b)
+    return max(a, b)
 
 
 CURVE_FIELDS = tuple(f.name for f in fields(Curve))
@@ -116,15 +134,21 @@ def gemm_work(dtype: str, m: float, n: int, k: int) -> Work:
 
 
 def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
-                      skew: float = 1.0) -> Work:
+                      skew: float = 1.0, tile_rows: int = 0) -> Work:
     """E expert GEMMs [T,K] x [K,N]; with fewer than one token per expert only E*T experts
-    are read. `skew` >= 1 scales every expert's tokens to the busiest one's (critical path)."""
+    are read. `skew` >= 1 scales every expert's tokens to the busiest rank's (critical path).
+    `tile_rows` > 0: tokens arrive by random routing (Poisson per expert) and each expert's
+    rows are computed in M tiles of that many rows (routing.padded_rows); 0: exactly T rows
+    per expert, as measured."""
     t = tokens_per_expert * skew
-    active = experts if tokens_per_expert >= 1 else experts * tokens_per_expert
+    active = experts * _minimum(1.0, t)
     rows = experts * t * (k * _act_bytes(dtype) + n * 2)
-    return Work(2.0 * experts * t * n * k, active * n * k * BYTES[dtype] + rows,
-                size=max(t, 1.0), depth=k, streams=active * math.ceil(n / TILE),
-                free_bytes=rows)
+    if tile_rows:  # whole tiles, each at the curve's full-tile efficiency
+        flops, size = 2.0 * experts * routing.padded_rows(t, tile_rows) * n * k, FULL_TILE
+    else:
+        flops, size = 2.0 * experts * t * n * k, _maximum(t, 1.0)
+    return Work(flops, active * n * k * BYTES[dtype] + rows, size=size, depth=k,
+                streams=active * math.ceil(n / TILE), free_bytes=rows)
 
 
 def attn_decode_work(dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
@@ -180,6 +204,7 @@ class OpModel:
     curves: dict[str, dict[str, Curve]] = field(default_factory=dict)  # op -> dtype -> curve
     source: str = "defaults (REFERENCE-DATA.md D)"
     bw_scale: float = 1.0  # <1 when an op only reaches part of the GPU's HBM (remote domain)
+    floors: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> dtype -> us
 
     def curve(self, op: str, dtype: str) -> Curve:
         """The op's curve for `dtype`; fp4 falls back to fp8 (same MMA path on fp8 hardware,
@@ -204,9 +229,29 @@ class OpModel:
     def roofline_us(self, flops: float, nbytes: float, dtype: str) -> float:
         return max(flops / (self.peak_tflops(dtype) * 1e6), nbytes / self.hbm_bytes_per_us())
 
+    def floor_us(self, op: str, dtype: str = ANY_DTYPE) -> float | None:
+        """The op's measured per-call floor under CUDA graphs (floors.py), with the curves'
+        dtype fallbacks; None when not measured."""
+        for name in (op, KINDRED.get(op)):
+            by_dtype = self.floors.get(name or "", {})
+            for key in (dtype, "fp8" if dtype == "fp4" else dtype, "bf16", ANY_DTYPE):
+                if key in by_dtype:
+                    return by_dtype[key]
+        return None
+
+    def kernel_floor(self, kernel: str) -> float:
+        """A small elementwise kernel's cost: its measured floor, else a copy's."""
+        floor = self.floor_us(kernel, "bf16")
+        return floor if floor is not None else self.copy(0)
+
     def time_us(self, op: str, dtype: str, work: Work, placement: str = "interleaved") -> float:
+        """The curve's time, its fitted overhead replaced by the op's measured floor where the
+        calibration has one (the fixed cost of one call inside a CUDA graph)."""
         peak = self.peak_tflops("bf16" if dtype == ANY_DTYPE else dtype) * 1e6
-        return float(self.curve(op, dtype).time_us(work, peak, self.hbm_bytes_per_us(placement)))
+        curve = self.curve(op, dtype)
+        t = float(curve.time_us(work, peak, self.hbm_bytes_per_us(placement)))
+        floor = self.floor_us(op, dtype) if self.floors else None
+        return t if floor is None else t - curve.overhead_us + floor
 
     def gemm(self, dtype: str, m: int, n: int, k: int, placement: str = "interleaved") -> float:
         """y[M,N] = x[M,K] @ W[N,K]^T; activations in the weight dtype (fp4: fp8 activations)."""
@@ -214,13 +259,14 @@ class OpModel:
 
     def grouped_gemm(self, dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
                      skew: float = 1.0, placement: str = "interleaved",
-                     weight_only: bool = False) -> float:
-        """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest expert's load over the mean,
-        which sets the step's critical path when routing is uneven. No tokens: no launch.
-        `weight_only`: `dtype` weights are read, but the math runs on BF16 tensor cores."""
+                     weight_only: bool = False, tile_rows: int = 0) -> float:
+        """E expert GEMMs [T,K] x [K,N]. `skew` >= 1: the busiest rank's load over the mean,
+        which sets the step's critical path when routing is uneven; `tile_rows`: see
+        grouped_gemm_work. No tokens: no launch. `weight_only`: `dtype` weights are read, but
+        the math runs on BF16 tensor cores."""
         if tokens_per_expert <= 0:
             return 0.0
-        work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew)
+        work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew, tile_rows)
         return self.time_us("grouped_gemm", "bf16" if weight_only else dtype, work, placement)
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
@@ -259,10 +305,13 @@ def curve_from_dict(data: dict) -> Curve:
     return Curve(**{name: float(value) for name, value in data.items()})
 
 
-def op_model(system: System, calibration: dict | None) -> OpModel:
-    """The op model of a system from its (or the H200's) calibration file, or defaults."""
+def op_model(system: System, calibration: dict | None,
+             floors: dict[str, dict[str, float]] | None = None) -> OpModel:
+    """The op model of a system from its (or the H200's) calibration file, or defaults;
+    `floors` (op -> dtype -> us) replaces the curves' fitted per-call overheads."""
     if not calibration:
-        return OpModel(system)
+        return OpModel(system, floors=floors or {})
     curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
-    return OpModel(system, curves, calibration.get("source", "calibration"))
+    return OpModel(system, curves, calibration.get("source", "calibration"),
+                   floors=floors or {})

@@ -2,7 +2,10 @@
 the serving metrics out. The solver calls the same functions to rank layouts."""
 
 import functools
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
@@ -17,11 +20,15 @@ from compiler.perf.serving import (
     prefix_hit_rate,
 )
 from compiler.perf.step import PerfContext
-from compiler.shapes import Shape
+from compiler.shapes import Shape, parse_shape
+
+if TYPE_CHECKING:
+    from compiler.plan import Predicted
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
 MAX_DECODE_BATCH = 1024  # assumed: beyond this vLLM's scheduler and graphs stop paying off
+UNBOUNDED_CONCURRENCY = 1e9  # throughput mode without a stated concurrency: demand unbounded
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,8 @@ def workload(inputs: Inputs) -> Workload:
 
 @functools.cache
 def system_ops(system_name: str) -> OpModel:
-    return op_model(catalog.system(system_name), catalog.calibration(system_name))
+    return op_model(catalog.system(system_name), catalog.calibration(system_name),
+                    catalog.floors(system_name)["floors"])
 
 
 def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
@@ -64,8 +72,7 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
         moe_weight_only=weight_only,
-        nic_gbps=r.nic_gbps_per_gpu.value,
-        ep_moe_slowdown=catalog.serving_calibration().get("ep_moe_slowdown", {}).get("value", 1.0))
+        nic_gbps=r.nic_gbps_per_gpu.value)
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,
@@ -88,14 +95,19 @@ def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
             out.append(Group("prefill", x.shape, x.count, x.max_batch or PREFILL_MAX_SEQS,
                              x.max_batched_tokens or PREFILL_CHUNK_TOKENS, ctx))
             continue
-        cap = min(MAX_DECODE_BATCH, kv_capacity_requests(inputs, x.shape, x.role,
-                                                         engram_gpus, w))
-        batch = max(1, min(x.max_batch or cap, cap))
+        kv = kv_capacity_requests(inputs, x.shape, x.role, engram_gpus, w)
+        batch = max(1, min(x.max_batch, kv) if x.max_batch else min(MAX_DECODE_BATCH, kv))
         tokens = batch * (1 + ctx.draft_tokens)
         if x.role == "aggregated":
-            tokens = max(tokens + 1, PREFILL_CHUNK_TOKENS // 2)
+            tokens = x.max_batched_tokens or aggregated_budget(tokens)
         out.append(Group(x.role, x.shape, x.count, batch, tokens, ctx))
     return out
+
+
+def aggregated_budget(decode_tokens: int) -> int:
+    """An aggregated rank's token budget per step: its decode tokens plus room for prompt
+    chunks (half a prefill chunk, assumed), unless the deployment pins one."""
+    return max(decode_tokens + 1, PREFILL_CHUNK_TOKENS // 2)
 
 
 def pool_tokens(inputs: Inputs, gs: list[Group], pool_gib: float | None = None) -> float:
@@ -163,3 +175,33 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
         batch *= 2
     return points
 
+
+
+def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layout]:
+    """(role, shape name, max batch, max batched tokens) per instance, grouped and counted."""
+    counts = Counter(instances)
+    return [Layout(role, parse_shape(shape), n, batch, tokens if role != "decode" else None)
+            for (role, shape, batch, tokens), n in sorted(counts.items())]
+
+
+def operating_workload(inputs: Inputs) -> Workload:
+    """The workload at the operating point: in throughput mode without a stated concurrency
+    demand is unbounded (admission stops at the goodput)."""
+    w = workload(inputs)
+    if inputs.deployment.spec.objective.mode == "throughput" and \
+            inputs.deployment.spec.workload.concurrency is None:
+        w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    return w
+
+
+def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None,
+                    pool_gib: float | None = None) -> "Predicted":
+    """The plan's `predicted` block: metrics at the operating point (admission capped at the
+    solver's goodput) and the throughput-interactivity curve."""
+    from dataclasses import asdict
+
+    from compiler.plan import Predicted
+
+    w = operating_workload(inputs)
+    p = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib)
+    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib))

@@ -10,12 +10,13 @@ import math
 from dataclasses import dataclass, field
 
 from compiler import arch
-from compiler.perf import comm
+from compiler.perf import comm, routing
 from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
 from compiler.shapes import Shape
 
 Z90 = 1.2816  # standard normal 90th percentile
 MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
+SETTLED = 1e-6  # fixed points stop when rate and batch move by less than this share
 
 
 @dataclass(frozen=True)
@@ -128,10 +129,13 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     d_ranks = sum(g.ranks for g in decode)
     max_slots = sum(g.ranks * g.max_batch for g in decode)
 
+    seen: dict[float, tuple[float, dict[int, StepTime]]] = {}
+
     def decode_at(batch: float) -> tuple[float, dict[int, StepTime]]:
-        steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
-        slowest = max(s.us for s in steps.values())
-        return slowest, steps
+        if batch not in seen:
+            steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
+            seen[batch] = max(s.us for s in steps.values()), steps
+        return seen[batch]
 
     transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
 
@@ -143,13 +147,17 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
         step_us, _steps = decode_at(state.batch)
-        decode_us = w.osl / ctx.acceptance * step_us
-        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), max_slots / decode_us, rate_cap)
+        decode_us = decode_steps(w, ctx) * step_us
+        slots = max_slots / decode_us if decode_us > 0 else float("inf")
+        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
         rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
-        batch = min(rate * decode_us / max(d_ranks, 1), max(g.max_batch for g in decode))
-        nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
-        settled = abs(nxt.rate - state.rate) <= 1e-9 * max(rate, 1e-12)
-        if settled and abs(nxt.batch - state.batch) < 1e-6:
+        top = max(g.max_batch for g in decode)
+        batch = min(rate * decode_us / max(d_ranks, 1), top)
+        # a batch held at its limit is taken as is (no damping): its step is then reused
+        nxt = _State(0.5 * state.rate + 0.5 * rate,
+                     batch if batch == top else 0.5 * state.batch + 0.5 * batch)
+        settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12)
+        if settled and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0):
             break
         state = nxt
     _, steps = decode_at(state.batch)
@@ -165,27 +173,85 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
 
 def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: float,
                        total_gpus: int, rate_cap: float = float("inf")) -> Prediction:
-    """Each step of an aggregated rank decodes its batch and prefills the new tokens that
-    arrived meanwhile (chunked prefill). In steady state a rank admits batch * acceptance / osl
-    requests per step, so each step carries that many requests' new tokens of prefill."""
+    """Aggregated ranks interleave chunked prefill with decode (vLLM's token budget): each
+    step decodes the running batch and fills the rest of `max_batched_tokens` with prompt
+    chunks. A request's first token comes after ceil(new / free budget) such mixed steps of
+    its own prompt, plus its wait behind earlier prompts; then it decodes `osl - 1` tokens.
+    Rate per rank, decode batch and the rank's share of time spent prefilling are solved as
+    one fixed point of the closed loop (`concurrency` requests in flight)."""
     g = groups[0]
     ctx = g.ctx
     cached, new = w.isl * hit, w.isl * (1 - hit)
     ranks = sum(x.ranks for x in groups)
-    batch = min(w.concurrency / ranks, g.max_batch)
+    kv_len = w.isl + w.osl / 2
     chunk = _prefill_time(g, new, cached)
-    step = _decode_time(g, batch, w.isl + w.osl / 2)
-    prefill_tokens = batch * ctx.acceptance * new / w.osl
-    step.add("prefill_chunks", prefill_tokens * chunk.us / g.max_batched_tokens)
-    decode_us = w.osl / ctx.acceptance * step.us
-    budget = max(1.0, g.max_batched_tokens - batch * (1 + ctx.draft_tokens))
-    ttft50 = max(1.0, new / budget) * step.us
-    ttft90 = max(1.0, new * (1 + Z90 * w.isl_cv) / budget) * step.us
-    rate = min(w.concurrency / (ttft50 + decode_us), ranks * batch / decode_us, rate_cap)
-    return _finish(w, _State(rate, batch), step, ttft50, ttft90, hit, power_w, total_gpus,
-                   ctx, [_row(x, batch, step, "decode_step_us") for x in groups],
-                   {"decode": step.rounded(), "prefill": chunk.rounded()},
-                   prefill_tokens * chunk.us / g.max_batched_tokens / step.us)
+    per_token = chunk.us / g.max_batched_tokens  # us of a rank per prompt token in a chunk
+    # with data-parallel attention the ranks meet at every MoE layer, so a step lasts as long
+    # as its busiest rank's prompt chunks; only the expert GEMMs are shared out evenly
+    spread = chunk.breakdown.get("moe_experts", 0.0) / g.max_batched_tokens \
+        if g.shape.dp > 1 else per_token
+    steps = decode_steps(w, ctx)
+
+    def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
+        """(mixed step as a decoding user sees it, decode us per request, TTFT P50, TTFT P90,
+        prefill utilisation, rate limit per rank) at `s.rate` per rank, `s.batch` decoding."""
+        shared = _decode_share(g, s.batch, kv_len)
+        budget = max(1.0, g.max_batched_tokens - s.batch * (1 + ctx.draft_tokens))
+        mean_busy = min(s.rate * new * per_token, MAX_UTILISATION)
+        # chunks per rank per step; a step that carries a chunk lasts at least that chunk
+        step_us = max(shared.us / (1 - mean_busy), min(new, budget) * per_token)
+        chunks = s.rate * step_us * math.ceil(max(new, 1.0) / budget)
+        busiest = routing.busiest_of_poisson(chunks, g.shape.dp)
+        cost = spread + (per_token - spread) * busiest  # us of a step per prompt token
+        busy = min(s.rate * new * cost, MAX_UTILISATION)  # share of time prefilling
+        step = _decode_time(g, max(s.batch, 1.0), kv_len)
+        step.add("prefill_chunks", step.us * busy / (1 - busy))
+        # the prefill server: up to `budget` prompt tokens per mixed step
+        capacity = budget / (shared.us + budget * cost)  # prompt tokens per us
+        rho = s.rate * new / capacity
+        limit = MAX_UTILISATION * capacity / max(new, 1.0)
+
+        def service(tokens: float) -> float:
+            return math.ceil(max(tokens, 1.0) / budget) * shared.us + tokens * per_token
+
+        s50, s90 = service(new), service(new * (1 + Z90 * w.isl_cv))
+        ahead = max(0.0, w.concurrency - 1) / ranks * s50  # a closed loop queues no more
+        ttft50 = s50 + min(queue_wait(rho, s50, 0.5), ahead)
+        ttft90 = s90 + min(queue_wait(rho, s50, 0.9), ahead)
+        return step, steps * step.us, ttft50, ttft90, rho, limit
+
+    state = _State(rate=0.0, batch=min(w.concurrency / ranks, g.max_batch))
+    for _ in range(80):
+        step, decode_us, ttft50, _, _, limit = at(state)
+        slots = g.max_batch / decode_us if decode_us > 0 else float("inf")
+        rate = min(w.concurrency / ranks / (ttft50 + decode_us), slots, limit,
+                   rate_cap / ranks)
+        batch = min(rate * decode_us, g.max_batch)
+        nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
+        settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12) \
+            and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0)
+        state = nxt
+        if settled:
+            break
+    step, _, ttft50, ttft90, rho, _ = at(state)
+    total = _State(state.rate * ranks, state.batch)
+    return _finish(w, total, step, ttft50, ttft90, hit, power_w, total_gpus, ctx,
+                   [_row(x, state.batch, step, "decode_step_us") for x in groups],
+                   {"decode": step.rounded(), "prefill": chunk.rounded()}, rho)
+
+
+def decode_steps(w: Workload, ctx: PerfContext) -> float:
+    """Decode steps per request: the first output token comes from prefill, the other
+    `osl - 1` from verification steps that each emit `acceptance` tokens."""
+    return max(0.0, w.osl - 1) / ctx.acceptance
+
+
+def _decode_share(g: Group, batch: float, kv_len: float) -> StepTime:
+    """The decode part of a step with `batch` requests decoding on average: below one, only
+    that share of steps has a decode batch at all (OSL 1 has none)."""
+    if batch >= 1:
+        return _decode_time(g, batch, kv_len)
+    return _decode_time(g, 1, kv_len).scaled(max(batch, 0.0))
 
 
 def _one_domain(groups: list[Group]) -> bool:
@@ -223,7 +289,7 @@ def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
     per_user = 1e6 * ctx.acceptance / step.us
     attention = (step.breakdown.get("attention", 0.0) + step.breakdown.get("indexer", 0.0)) \
         / step.us
-    cv = math.hypot(acceptance_cv(ctx.draft_tokens, ctx.acceptance, w.osl / ctx.acceptance),
+    cv = math.hypot(acceptance_cv(ctx.draft_tokens, ctx.acceptance, decode_steps(w, ctx)),
                     w.isl_cv * attention / math.sqrt(max(batch, 1.0)))
     return per_user, per_user / (1 + Z90 * cv)
 

@@ -7,20 +7,25 @@ new tokens per DP rank whose attention also spans the request's cached prefix.
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from compiler import arch
 from compiler.catalog.system import System
-from compiler.perf import comm
+from compiler.perf import comm, routing
 from compiler.perf.ops import OpModel
 from compiler.shapes import Shape
 from schemas.model import ModelSpec
 
 DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
 PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
-HOPPER_MASKED_MOE_BW_SHARE = 0.445  # REFERENCE-DATA.md D: masked grouped GEMM, 27-62% of HBM BW
-GLUE_KERNELS = 6  # assumed: norms+residual x2, activation, top-k+softmax, expert sort, KV write
-SKEW_SPREAD = 1.5  # assumed: busiest rank's expert load ~ mean + 1.5 sigma (Poisson routing)
+# DeepGEMM (deepseek-ai/DeepGEMM@54e2261, csrc/jit_kernels/heuristics): prefill's contiguous
+# layout aligns each expert's rows to 128 (runtime.hpp kLegacyMKAlignmentForContiguousLayout);
+# decode's masked layout takes block M 64 or 128 (sm90.hpp), the smaller when rows are few
+PREFILL_EXPERT_TILE_ROWS = 128
+DECODE_EXPERT_TILE_ROWS = 64
+# DeepEP's normal (prefill) kernels take 20 SMs by default (deepseek-ai/DeepEP@dd758ca,
+# deep_ep/buffers/legacy.py `Buffer.num_sms = 20`); compute overlapped with them runs on the rest
+COMM_SMS = 20
 ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
 
 
@@ -39,7 +44,6 @@ class PerfContext:
     engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
     moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
     nic_gbps: float | None = None
-    ep_moe_slowdown: float = 1.0  # fitted end to end (catalog calibration/serving.json)
 
 
 @dataclass
@@ -69,14 +73,6 @@ class StepTime:
 
 def _expert_placement(ctx: PerfContext) -> str:
     return "local" if ctx.die_local else "interleaved"
-
-
-def _skew(local_experts: int, tokens_per_expert: float, ep_moe_slowdown: float) -> float:
-    """Busiest rank's expert work over the mean: Poisson noise on few tokens, and at least
-    the end-to-end slowdown of expert-parallel MoE fitted to REFERENCE-DATA.md C1 (routing
-    imbalance across ranks, SMs taken by the all-to-all kernels, imperfect overlap)."""
-    routed = max(1.0, local_experts * tokens_per_expert)
-    return max(1.0 + SKEW_SPREAD / math.sqrt(routed), ep_moe_slowdown)
 
 
 def _link(ctx: PerfContext, shape: Shape) -> comm.Link:
@@ -156,17 +152,6 @@ def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: floa
     st.add("attn_proj", ops.gemm(w, tokens, h, heads * v))
 
 
-def _decode_expert_ops(ctx: PerfContext) -> OpModel:
-    """The op model for decode's expert GEMMs. On Hopper, serving engines run DeepGEMM's masked
-    grouped GEMM in decode, which REFERENCE-DATA.md D measures at 0.92-2.06 TB/s on H800
-    (27-62% of HBM bandwidth, midpoint 44.5%) against the ~69% our measured contiguous kernel
-    reaches; elsewhere the measured kernel's efficiency stands (assumed)."""
-    if ctx.system.gpu.family != "hopper":
-        return ctx.ops
-    measured = ctx.ops.curve("grouped_gemm", ctx.model.dtypes.experts).e_mem
-    return replace(ctx.ops, bw_scale=min(1.0, HOPPER_MASKED_MOE_BW_SHARE / measured))
-
-
 def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
               shared_fraction: float, decode: bool = False) -> None:
     """Router, expert GEMMs on the busiest rank, expert-parallel all-to-all or TP all-reduce,
@@ -177,8 +162,9 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
     st.add("router", ops.gemm("bf16", tokens, moe.experts, h))
     link = _link(ctx, shape)
     if shape.dp > 1:  # DEP: tokens of every rank meet their experts through all-to-all
-        local = moe.experts // shape.ep
-        per_expert = tokens * shape.dp * moe.top_k / moe.experts
+        slots = moe.slots  # experts plus their EPLB replicas, which share their tokens
+        local = slots // shape.ep
+        per_expert = tokens * shape.dp * moe.top_k / slots
         inter = moe.expert_intermediate
         nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
         st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
@@ -188,18 +174,19 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
                                              tokens * moe.top_k * h * 2.0, True, nodes,
                                              moe.top_k))
     else:  # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
-        local = moe.experts // shape.ep
-        per_expert = tokens * moe.top_k / moe.experts
+        slots = moe.slots if shape.ep > 1 else moe.experts
+        local = slots // shape.ep
+        per_expert = tokens * moe.top_k / slots
         inter = moe.expert_intermediate // (shape.tp // shape.ep)
         if shape.tp > 1:
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
-    skew = _skew(local, per_expert, ctx.ep_moe_slowdown if shape.ep > 1 else 1.0)
-    experts = _decode_expert_ops(ctx) if decode else ops
-    w_only = ctx.moe_weight_only
-    st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, h, 2 * inter,
-                                               skew=skew, placement=place, weight_only=w_only))
-    st.add("moe_experts", experts.grouped_gemm(e_dtype, local, per_expert, inter, h,
-                                               skew=skew, placement=place, weight_only=w_only))
+    # the step waits for the busiest expert-parallel rank (routing.py)
+    skew = routing.rank_imbalance(per_expert * slots, shape.ep)
+    tile = DECODE_EXPERT_TILE_ROWS if decode else PREFILL_EXPERT_TILE_ROWS
+    for k, n in ((h, 2 * inter), (inter, h)):
+        st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,
+                                               placement=place, weight_only=ctx.moe_weight_only,
+                                               tile_rows=tile))
     if moe.shared_experts and shared_fraction > 0:
         width = moe.shared_experts * moe.expert_intermediate // shape.tp
         w = m.dtypes.weights
@@ -250,13 +237,19 @@ def _glue_us(ctx: PerfContext, tokens: int) -> float:
     """The elementwise work around a layer's GEMMs that the ops above leave out: RMSNorms and
     residual adds (fused: ~10 hidden-wide bf16 reads and writes per token), and for MoE the
     SiLU x mul on each routed copy's intermediate plus the permute / un-permute of the routed
-    copies; run as a few fused kernels, each with a copy kernel's launch floor. Whole-step
-    measurements on our H200 show this glue is real (benchmarks/README.md, step accuracy)."""
+    copies; run as a few fused kernels, each at its measured CUDA-graph floor (floors.py).
+    Whole-step measurements on our H200 show this glue is real (benchmarks/README.md)."""
     m = ctx.model
     nbytes = tokens * m.hidden_size * 2 * 10
     if m.moe:
         nbytes += tokens * m.moe.top_k * (3 * m.moe.expert_intermediate + 4 * m.hidden_size) * 2
-    return ctx.ops.copy(nbytes) + (GLUE_KERNELS - 1) * ctx.ops.copy(0)
+    ops = ctx.ops
+    # one fused pass streams the bytes; the other kernels cost their CUDA-graph floors: the
+    # second add + RMSNorm, SiLU x mul, the KV write, and for MoE top-k + softmax and the sort
+    kernels = ops.kernel_floor("add_rms_norm") + ops.kernel_floor("silu_mul") + ops.copy(0)
+    if m.moe:
+        kernels += ops.kernel_floor("topk_softmax") + ops.copy(0)
+    return ops.copy(nbytes) + kernels
 
 
 def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
@@ -306,22 +299,34 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
     _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
     _engram(ctx, st, tokens)
-    _overlap_communication(st)
+    _overlap_communication(ctx, st)
     st.add("overhead", PREFILL_OVERHEAD_US)
     return st
 
 
-def _overlap_communication(st: StepTime) -> None:
-    """Prefill runs two micro-batches whose all-to-all hides behind the other's compute
-    (dual-batch overlap, REFERENCE-DATA.md C1 V1/V2): only the part of dispatch and combine
-    that exceeds the compute stays on the critical path."""
-    comm_us = st.breakdown.get("dispatch", 0.0) + st.breakdown.get("combine", 0.0)
-    if not comm_us:
+ATTENTION_SIDE = ("attn_proj", "attention", "indexer", "all_reduce", "router", "glue", "mhc")
+EXPERT_SIDE = ("moe_experts", "shared_expert")
+
+
+def _overlap_communication(ctx: PerfContext, st: StepTime) -> None:
+    """Dual-batch overlap in prefill (REFERENCE-DATA.md C1 V1/V2): of two micro-batches, one's
+    dispatch runs under the other's attention and its combine under the other's experts, per
+    MoE layer. While a communication kernel runs it holds COMM_SMS of the GPU's SMs, so the
+    compute under it slows by sms / (sms - COMM_SMS); what communication does not hide, and
+    the slowdown it causes, stay on the critical path as `dispatch` and `combine`."""
+    m = ctx.model
+    if not (st.breakdown.get("dispatch") or st.breakdown.get("combine")):
         return
-    compute = st.us - comm_us
-    visible = max(0.0, comm_us - compute)
-    for key in ("dispatch", "combine"):
-        st.breakdown[key] *= visible / comm_us
+    sms = ctx.system.gpu.sm_count.value
+    slow = sms / max(1.0, sms - COMM_SMS)
+    moe_share = (m.layers - m.dense_layers) / m.layers
+    for comm_key, side, share in (("dispatch", ATTENTION_SIDE, moe_share),
+                                  ("combine", EXPERT_SIDE, 1.0)):
+        comm_us = st.breakdown.get(comm_key, 0.0)
+        compute = sum(st.breakdown.get(k, 0.0) for k in side) * share
+        # comm runs for comm_us; compute under it advances at 1/slow, the rest at full speed
+        stage = comm_us + max(0.0, compute - comm_us / slow)
+        st.breakdown[comm_key] = stage - compute
 
 
 def kv_bytes_per_token(ctx: PerfContext) -> int:

@@ -1,13 +1,16 @@
 """Build the solver's Problem from the validated inputs: candidates, requirements, pins."""
 
+from collections.abc import Sequence
+
 from compiler import graph
 from compiler.load import Inputs, layout
+from compiler.perf.capacity import Candidate, pinned_candidate
 from compiler.perf.predict import pool_tokens, workload
 from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import Precheck
-from compiler.shapes import Shape, parse_shape
+from compiler.shapes import parse_shape
 from compiler.solve import candidates as cand
-from compiler.solve.problem import Pin, Problem, Requirement, domains
+from compiler.solve.problem import Kept, Pin, Problem, Requirement, domains
 
 LATENCY_MAX_TRAYS = 2  # SYSTEM.md: the lowest-latency decode is TP8 spread over two trays
 
@@ -50,12 +53,15 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
 
 def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
     """The pinned entries (their shapes were checked by precheck)."""
-    return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"])
+    return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"],
+                entry.max_batch, entry.max_batched_tokens)
             for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
 
 
-def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> Problem:
-    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape)."""
+def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True,
+                  kept: Sequence[Kept] = (), next_id: dict[str, int] | None = None) -> Problem:
+    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape).
+    `kept`: instances that stay (incremental recompile); their shapes join the candidates."""
     reqs, down = requirements(inputs)
     mode = inputs.deployment.spec.objective.mode
     w = workload(inputs)
@@ -63,31 +69,28 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True) -> P
     guess = max(1, len(graph.available_gpus(g)) // 2)
     if mode == "pinned":
         pins = _pins(inputs, reqs)
-        found: dict[tuple[str, str], cand.Candidate] = {}
+        found: dict[tuple[str, str], Candidate] = {}
         for pin in pins:
             key = (pin.role, pin.shape.name)
             if key not in found:
-                found[key] = _pinned_candidate(inputs, pin.role, pin.shape, w, hit, guess)
+                found[key] = pinned_candidate(inputs, pin.role, pin.shape, w, hit, guess,
+                                              pin.max_batch, pin.max_batched_tokens)
         candidates = [found[k] for k in sorted(found)]
     else:
         pins = []
         candidates = cand.candidates(inputs, pre, w, hit, mode, guess, recipe_ok)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
+    have = {(c.role, c.shape.name) for c in candidates}
+    for key in sorted({(k.role, k.shape.name) for k in kept} - have):
+        shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
+        candidates.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
     return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs,
-                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs))
+                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs),
+                   kept=list(kept), next_id=dict(next_id or {}))
 
 
-def _pinned_candidate(inputs: Inputs, role: str, shape: Shape, w, hit: float,
-                      guess: int) -> cand.Candidate:
-    if role == "prefill":
-        return cand.prefill_candidate(inputs, shape, w, hit, guess)
-    c = cand.decode_candidate(inputs, shape, w, None, enforce_slo=False)
-    return cand.Candidate(role, c.shape, c.requests_per_s, c.max_batch, c.max_batched_tokens,
-                          c.step_us, c.why_not, c.why)
-
-
-def _fastest_decode(inputs: Inputs, cands: list[cand.Candidate]) -> list[cand.Candidate]:
+def _fastest_decode(inputs: Inputs, cands: list[Candidate]) -> list[Candidate]:
     """Latency mode: keep the one tensor-parallel decode shape (at most two trays) with the
     shortest batch-1 step; that is the low-latency path for batch-1 sessions."""
     limit = LATENCY_MAX_TRAYS * inputs.system.gpus_per_tray

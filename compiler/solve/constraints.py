@@ -6,11 +6,11 @@ literals (`lits`) make user requirements switchable for infeasibility explanatio
 """
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from compiler.solve import racks
 from compiler.solve.problem import SCALE, Problem
 
 
@@ -19,7 +19,9 @@ class CountVars:
     n: dict[int, cp_model.IntVar]  # candidate index -> instance count
     goodput: cp_model.IntVar
     lits: dict[str, cp_model.IntVar]
-    tray_free: dict[str, cp_model.IntVar] = field(default_factory=dict)  # tray fully available
+    tray_free: dict[str, cp_model.LinearExprT] = field(default_factory=dict)  # tray usable whole
+    kept: dict[int, int] = field(default_factory=dict)  # candidate index -> kept instances
+    capacity: racks.Capacity | None = None
 
 
 def whole_trays(problem: Problem, gpus: int) -> int:
@@ -29,11 +31,18 @@ def whole_trays(problem: Problem, gpus: int) -> int:
 
 
 def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """A tray is whole-tray usable iff no active `unavailable` entry touches it."""
+    """A tray that an `unavailable` entry touches is whole-tray usable iff no active entry
+    touches it; one a kept instance holds a GPU of, never (trays nothing touches: always)."""
+    occupied = p.occupied
     for d in p.domains:
         for t in d.trays:
             gpus = set(p.gpus_of(t))
             touching = [v.lits[k] for k, down in sorted(p.unavailable.items()) if down & gpus]
+            if occupied & gpus:
+                v.tray_free[t] = 0
+                continue
+            if not touching:
+                continue
             free = m.new_bool_var(f"free[{t}]")
             for lit in touching:
                 m.add_implication(lit, free.Not())
@@ -42,30 +51,16 @@ def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
 
 
 def add_gpu_capacity(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """Whole-tray instances fit the free trays; sub-tray instances the rest (aligned blocks of
-    partially available trays count conservatively: every unavailable entry active)."""
-    down = set().union(*p.unavailable.values()) if p.unavailable else set()
-    per = p.domains[0].gpus_per_tray
-    trays = [t for d in p.domains for t in d.trays]
-    used_whole = sum(v.n[i] * whole_trays(p, c.shape.gpus) for i, c in enumerate(p.candidates)
-                     if i in v.n and whole_trays(p, c.shape.gpus))
-    sub = sum(v.n[i] * c.shape.gpus for i, c in enumerate(p.candidates)
-              if i in v.n and not whole_trays(p, c.shape.gpus))
-    free = sum(v.tray_free[t] for t in trays)
-    m.add(used_whole <= free)
-    partial = {t: _aligned_pairs_free(p.gpus_of(t), down) * 2 for t in trays}
-    m.add(sub <= per * (free - used_whole) + sum((1 - v.tray_free[t]) * partial[t]
-                                                  for t in trays))
-    for d in p.domains:  # NVL72: no instance larger than its rack
-        size = len(d.trays) * per
-        for i, c in enumerate(p.candidates):
-            if i in v.n and c.shape.gpus > size:
-                m.add(v.n[i] == 0)
+    """Per NVLink domain: whole-tray instances on free trays of one rack, sub-tray instances in
+    what is left (aligned blocks of partly available trays count conservatively: every
+    unavailable entry active). See compiler/solve/racks.py."""
+    counts = [v.n.get(i, 0) for i in range(len(p.candidates))]
+    v.capacity = racks.add_capacity(m, p, items(p), counts, v.tray_free)
 
 
-def _aligned_pairs_free(gpus: Sequence[str], down: set[str]) -> int:
-    return sum(1 for a, b in zip(gpus[::2], gpus[1::2], strict=False)
-               if a not in down and b not in down)
+def items(p: Problem) -> list[racks.Item]:
+    """What each candidate takes: whole trays, or GPUs inside one tray."""
+    return [racks.Item(whole_trays(p, c.shape.gpus), c.shape.gpus) for c in p.candidates]
 
 
 def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
@@ -74,15 +69,15 @@ def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
     if p.engram_gib <= 0:
         return
     prefill = [(i, c) for i, c in enumerate(p.candidates) if c.role == "prefill" and i in v.n]
-    total = sum(v.n[i] * c.shape.gpus for i, c in prefill)
+    total = sum(_all(v, i) * c.shape.gpus for i, c in prefill)
     for i, c in prefill:
         spare = p.hbm_gib - p.prefill_base_gib(c.shape)
         if spare <= 0:
             m.add(v.n[i] == 0)
             continue
         used = m.new_bool_var(f"uses[{i}]")
-        m.add(v.n[i] >= 1).only_enforce_if(used)
-        m.add(v.n[i] == 0).only_enforce_if(used.Not())
+        m.add(_all(v, i) >= 1).only_enforce_if(used)
+        m.add(_all(v, i) == 0).only_enforce_if(used.Not())
         m.add(total >= math.ceil(p.engram_gib / spare)).only_enforce_if(used)
 
 
@@ -111,14 +106,14 @@ def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
         if not entries:
             m.add(v.n[i] == 0)
             continue
-        m.add(v.n[i] == sum(e.count for e in entries)).only_enforce_if(
+        m.add(_all(v, i) == sum(e.count for e in entries)).only_enforce_if(
             [v.lits[e.requirement.key] for e in entries])
 
 
 def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     """A deployment serves: prefill and decode both present, or aggregated instances."""
     def total(role: str) -> cp_model.LinearExpr:
-        return sum(v.n[i] for i, c in enumerate(p.candidates) if c.role == role and i in v.n)
+        return sum(_all(v, i) for i, c in enumerate(p.candidates) if c.role == role and i in v.n)
 
     if any(c.role == "aggregated" for c in p.candidates):
         m.add(total("aggregated") >= 1)
@@ -132,11 +127,16 @@ def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     for role in ("prefill", "decode", "aggregated"):
         terms = [(i, c) for i, c in enumerate(p.candidates) if c.role == role and i in v.n]
         if terms:
-            supply = sum(v.n[i] * max(1, round(c.requests_per_s * SCALE)) for i, c in terms)
+            supply = sum(_all(v, i) * max(1, round(c.requests_per_s * SCALE)) for i, c in terms)
             m.add(v.goodput <= supply)
 
 
 def supply(v: CountVars, p: Problem) -> cp_model.LinearExpr:
     """Prefill plus decode supply (milli-requests/s): the tie-break after goodput."""
-    return sum(v.n[i] * max(1, round(c.requests_per_s * SCALE))
+    return sum(_all(v, i) * max(1, round(c.requests_per_s * SCALE))
                for i, c in enumerate(p.candidates) if i in v.n)
+
+
+def _all(v: CountVars, i: int) -> cp_model.LinearExprT:
+    """Instances of candidate i: new ones plus those kept from the running plan."""
+    return v.n[i] + v.kept.get(i, 0)

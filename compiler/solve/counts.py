@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from compiler.solve import constraints as rules
+from compiler.solve import racks
 from compiler.solve.params import solver
 from compiler.solve.problem import Problem
-
-MAX_PER_SHAPE = 72
 
 
 @dataclass(frozen=True)
 class Counts:
     by_candidate: dict[int, int]  # candidate index -> instances
+    by_domain: dict[str, dict[int, int]]  # NVLink domain -> candidate index -> instances
     status: str
     objective: float  # goodput, requests/s
     bound: float
@@ -28,10 +28,10 @@ class Counts:
 def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, rules.CountVars]:
     m = cp_model.CpModel()
     total_gpus = sum(len(d.trays) * d.gpus_per_tray for d in p.domains)
-    n = {i: m.new_int_var(0, min(MAX_PER_SHAPE, total_gpus // c.shape.gpus), f"n[{i}]")
+    n = {i: m.new_int_var(0, total_gpus // c.shape.gpus, f"n[{i}]")
          for i, c in enumerate(p.candidates)}
     lits = {key: m.new_bool_var(f"req[{key}]") for key in sorted(p.requirements)}
-    v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits)
+    v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits, kept=p.kept_counts())
     rules.add_tray_availability(m, v, p)
     rules.add_gpu_capacity(m, v, p)
     rules.add_engram_peer_group(m, v, p)
@@ -61,8 +61,11 @@ def solve_counts(p: Problem) -> Counts | list[str]:
     m.maximize(rules.supply(v, p))
     second = s.solve(m)
     both = "OPTIMAL" if status == second == cp_model.OPTIMAL else "FEASIBLE"
-    return Counts({i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}, both,
-                  goodput / 1000, bound / 1000, round(seconds + s.deterministic_time, 3))
+    by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
+    totals = [by_candidate.get(i, 0) for i in range(len(p.candidates))]
+    by_domain = racks.split(p, rules.items(p), totals, v.capacity, s)
+    return Counts(by_candidate, by_domain, both, goodput / 1000, bound / 1000,
+                  round(seconds + s.deterministic_time, 3))
 
 
 def _infeasible_with(p: Problem, active: list[str]) -> tuple[bool, list[str]]:

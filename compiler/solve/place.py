@@ -6,17 +6,22 @@ inside one tray; a whole-tray type (TP8 on 4-GPU trays, DEP16, ...) takes trays,
 its trays-per-instance inside each NVLink domain (HGX: the RDMA cluster). Instances are cut from
 the chosen blocks and trays afterwards, in GPU order. The objective keeps prefill and decode on
 separate trays where possible, then keeps each whole-tray type on contiguous runs of trays.
+
+The fleet decomposes by NVLink domain: the count model says how many instances each rack holds
+(compiler/solve/racks.py), and each rack gets its own small model, proven optimal or reported
+with its own gap; racks with the same trays, availability and instances share one solve.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
 from compiler.plan import DomainMemory
 from compiler.shapes import Shape
+from compiler.solve import racks
 from compiler.solve.memory_map import total_gib
 from compiler.solve.params import solver
-from compiler.solve.problem import Problem
+from compiler.solve.problem import Domain, Problem
 
 MIXED_TRAY_COST = 1000
 RUN_COST = 10
@@ -49,12 +54,33 @@ class PlaceVars:
 
 
 @dataclass(frozen=True)
-class Placement:
-    gpus: list[tuple[str, ...]]  # per wanted instance, in rank order
+class DomainSolve:
+    """One per-rack placement model, and the racks that share its solution."""
+
+    domains: tuple[str, ...]
     status: str
     objective: float
     bound: float
     deterministic_seconds: float
+
+    @property
+    def gap(self) -> float:
+        return gap(self.objective, self.bound)
+
+
+@dataclass(frozen=True)
+class Placement:
+    gpus: list[tuple[str, ...]]  # per wanted instance, in rank order
+    status: str
+    objective: float  # summed over domains
+    bound: float
+    deterministic_seconds: float
+    domains: list[DomainSolve]
+
+
+def gap(objective: float, bound: float) -> float:
+    """Relative optimality gap (0 when proven optimal)."""
+    return abs(objective - bound) / max(1.0, abs(objective))
 
 
 def kinds(wanted: list[Wanted]) -> list[Kind]:
@@ -128,7 +154,8 @@ def add_gpu_exclusive(m: cp_model.CpModel, v: PlaceVars) -> None:
 
 
 def add_unavailable_unused(m: cp_model.CpModel, p: Problem, v: PlaceVars) -> None:
-    down = set().union(*p.unavailable.values()) if p.unavailable else set()
+    """Unavailable GPUs, and those kept instances hold, stay out of new instances."""
+    down = racks.down_gpus(p)
     for opts in v.options.values():
         for x, _, gpus in opts:
             if down.intersection(gpus):
@@ -205,9 +232,10 @@ def _instances(p: Problem, ks: list[Kind], v: PlaceVars, s: cp_model.CpSolver
     return out
 
 
-def place(p: Problem, wanted: list[Wanted]) -> Placement | None:
+def _place_domain(p: Problem, ks: list[Kind]) -> tuple[dict[int, list[tuple[str, ...]]],
+                                                       DomainSolve] | None:
+    """One rack's model (p holds that one domain): instances per kind, in GPU order."""
     m = cp_model.CpModel()
-    ks = kinds(wanted)
     v = add_options(m, p, ks)
     add_shape_on_trays(m, p, ks, v)
     add_one_nvlink_domain(m, p, ks, v)
@@ -219,13 +247,79 @@ def place(p: Problem, wanted: list[Wanted]) -> Placement | None:
     status = s.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    cut = _instances(p, ks, v, s)
-    index = {(k.role, k.shape): i for i, k in enumerate(ks)}
+    result = DomainSolve((p.domains[0].id,), s.status_name(status), s.objective_value,
+                         s.best_objective_bound, round(s.deterministic_time, 3))
+    return _instances(p, ks, v, s), result
+
+
+def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
+    """Instances of each kind per domain, when no count solution gave them (a feasibility
+    model over the same per-rack capacity)."""
+    m = cp_model.CpModel()
+    down = racks.down_gpus(p)
+    busy = {t: 0 for d in p.domains for t in d.trays if down.intersection(p.gpus_of(t))}
+    items = [racks.Item(_whole(p, k), k.shape.gpus) for k in ks]
+    cap = racks.add_capacity(m, p, items, [k.count for k in ks], busy)
+    s = solver()
+    if s.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    try:
+        return racks.split(p, items, [k.count for k in ks], cap, s)
+    except ValueError:
+        return None
+
+
+def _signature(p: Problem, d: Domain, ks: list[Kind]) -> tuple:
+    """Racks with the same trays, availability and instances have the same solution."""
+    down = racks.down_gpus(p)
+    gpus = [g for t in d.trays for g in p.gpus_of(t)]
+    return (len(d.trays), tuple(g in down for g in gpus),
+            tuple((k.role, k.shape.name, k.need, k.count) for k in ks))
+
+
+def place(p: Problem, wanted: list[Wanted],
+          by_domain: dict[str, dict[tuple[str, str], int]] | None = None) -> Placement | None:
+    """One small model per NVLink domain (identical racks solved once). `by_domain`: instances
+    of each (role, shape name) per domain, from the count model; else assigned here."""
+    ks = kinds(wanted)
+    index = {(k.role, k.shape.name): i for i, k in enumerate(ks)}
+    if by_domain is None:
+        split = assign(p, ks)
+        if split is None:
+            return None
+    else:
+        split = {d: {index[key]: n for key, n in here.items()} for d, here in by_domain.items()}
+    cut: dict[int, list[tuple[str, ...]]] = {i: [] for i in range(len(ks))}
+    solved: dict[tuple, tuple[list[str], dict[int, list[tuple[str, ...]]], int]] = {}
+    results: list[DomainSolve] = []
+    for d in p.domains:
+        here = [(i, replace(ks[i], count=n)) for i, n in sorted(split.get(d.id, {}).items()) if n]
+        if not here:
+            continue
+        sub_ks = [k for _, k in here]
+        key = _signature(p, d, sub_ks)
+        gpus = [g for t in d.trays for g in p.gpus_of(t)]
+        if key in solved:
+            r = solved[key][2]
+            results[r] = replace(results[r], domains=(*results[r].domains, d.id))
+        else:
+            got = _place_domain(replace(p, domains=[d]), sub_ks)
+            if got is None:
+                return None
+            solved[key] = (gpus, got[0], len(results))
+            results.append(got[1])
+        template, per_kind, _ = solved[key]
+        at = {g: k for k, g in enumerate(template)}
+        for j, (i, _) in enumerate(here):
+            cut[i] += [tuple(gpus[at[g]] for g in inst) for inst in per_kind[j]]
     taken: dict[int, int] = {}
-    gpus = []
+    out = []
     for w in wanted:
-        i = index[w.role, w.shape]
-        gpus.append(cut[i][taken.get(i, 0)])
+        i = index[w.role, w.shape.name]
+        out.append(cut[i][taken.get(i, 0)])
         taken[i] = taken.get(i, 0) + 1
-    return Placement(gpus, s.status_name(status), s.objective_value, s.best_objective_bound,
-                     round(s.deterministic_time, 3))
+    optimal = all(r.status == "OPTIMAL" for r in results)
+    return Placement(out, "OPTIMAL" if optimal else "FEASIBLE",
+                     sum(r.objective * len(r.domains) for r in results),
+                     sum(r.bound * len(r.domains) for r in results),
+                     round(sum(r.deterministic_seconds for r in results), 3), results)

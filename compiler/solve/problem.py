@@ -11,8 +11,8 @@ import networkx as nx
 from compiler import arch, graph
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
+from compiler.perf.capacity import Candidate
 from compiler.shapes import Shape
-from compiler.solve.candidates import Candidate
 
 SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
 
@@ -42,6 +42,18 @@ class Pin:
     shape: Shape
     count: int
     requirement: Requirement
+    max_batch: int | None = None  # the user's per-rank limits (None: rackc's default)
+    max_batched_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """An instance of the running plan (`--from`) that stays where it is, with its id."""
+
+    id: str
+    role: str
+    shape: Shape
+    gpus: tuple[str, ...]
 
 
 @dataclass
@@ -55,6 +67,22 @@ class Problem:
     unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
     requirements: dict[str, Requirement] = field(default_factory=dict)
     recipe: bool = False  # the candidates are the catalog's engine shapes for the system
+    kept: list[Kept] = field(default_factory=list)  # incremental recompile: fixed instances
+    next_id: dict[str, int] = field(default_factory=dict)  # role -> first unused id number
+
+    @property
+    def occupied(self) -> set[str]:
+        """GPUs the kept instances hold: unavailable to new instances."""
+        return {g for k in self.kept for g in k.gpus}
+
+    def kept_counts(self) -> dict[int, int]:
+        """Candidate index -> kept instances of its role and shape."""
+        index = {(c.role, c.shape.name): i for i, c in enumerate(self.candidates)}
+        out: dict[int, int] = {}
+        for k in self.kept:
+            i = index[k.role, k.shape.name]
+            out[i] = out.get(i, 0) + 1
+        return out
 
     def gpus_of(self, tray: str) -> list[str]:
         return graph.gpus_of_tray(self.graph, tray)

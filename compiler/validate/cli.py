@@ -1,11 +1,11 @@
-"""The `rackc validate` command (added to compiler.cli's parser by add_validate_command)."""
+"""The `rackc validate` command (added to compiler.cli's parser by add_validate_command); its
+modules load when it runs, so that other commands do not pay for them."""
 
 import argparse
 import json
 import sys
 from pathlib import Path
 
-from compiler.validate import rules
 from schemas.diagnostics import CompileError, Diagnostic
 
 # The modules of the `validate` extra: without them the command says how to install it.
@@ -22,6 +22,8 @@ def _write(diagnostics: list[Diagnostic] | tuple[Diagnostic, ...]) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from compiler.validate import rules  # OR-Tools: imported when the command runs
+
     try:
         from compiler.validate import run
     except ModuleNotFoundError as exc:

@@ -263,8 +263,40 @@ def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> st
     return None
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def _pinned_hosts(spec: dict[str, Any]) -> set[str] | None:
+    """The hostnames a required node affinity allows when every term pins them (`hostname In
+    [...]`), else None: the pre-filter below is sound only then."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}) \
+        .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = affinity.get("nodeSelectorTerms")
+    if not terms:
+        return None
+    hosts: set[str] = set()
+    for term in terms:
+        pins = [e for e in term.get("matchExpressions") or []
+                if e.get("key") == HOSTNAME and e.get("operator") == "In"]
+        if not pins:
+            return None
+        hosts.update(str(v) for v in pins[0].get("values") or [])
+    return hosts
+
+
+def candidates(spec: dict[str, Any], all_nodes: list[Node]) -> list[int]:
+    """Indices of the nodes that may match: those whose hostname (the label, or the node name
+    it is assumed to be) a hostname-pinning affinity names, else all. A superset of the
+    matching nodes, so a fleet's thousands of pinned pod groups do not test every node."""
+    hosts = _pinned_hosts(spec)
+    if hosts is None:
+        return list(range(len(all_nodes)))
+    return [i for i, n in enumerate(all_nodes) if n.labels.get(HOSTNAME, n.name) in hosts]
+
+
 def eligible(spec: dict[str, Any], all_nodes: list[Node]) -> list[Node]:
-    return [n for n in all_nodes if mismatch(spec, n) is None]
+    return [all_nodes[i] for i in candidates(spec, all_nodes)
+            if mismatch(spec, all_nodes[i]) is None]
 
 
 # --- engine processes -----------------------------------------------------------------------

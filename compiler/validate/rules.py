@@ -307,8 +307,8 @@ def placement_rules(ctx: Context) -> list[Finding]:
         templates = _channel_templates(b.objs)
         demands, groups = [], []
         for g in b.groups:
-            allowed = tuple(i for i, n in enumerate(ctx.nodes)
-                            if pods.mismatch(g.spec, n, assume_owned=True) is None)
+            allowed = tuple(i for i in pods.candidates(g.spec, ctx.nodes)
+                            if pods.mismatch(g.spec, ctx.nodes[i], assume_owned=True) is None)
             if not g.pods or not allowed:
                 continue  # no pods, or selector-matches-node says why
             template, claim = _channel(g.spec, templates)

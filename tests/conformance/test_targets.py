@@ -149,6 +149,22 @@ def test_mooncake_client_configs_load_in_vllm(case):
     assert problems == {p: [] for p in clients}
 
 
+def test_eplb_flags_parse_with_vllm_033(tmp_path):
+    """Redundant experts (serving.redundant_experts) reach vLLM as --enable-eplb and an
+    --eplb-config its parser takes."""
+    from compiler import api
+    from tests.builders import write_case
+    path = write_case(tmp_path, system="gb200-nvl72", model="deepseek-v3",
+                      objective={"mode": "pinned", "instances": [
+                          {"role": "decode", "shape": "DEP48", "count": 1},
+                          {"role": "prefill", "shape": "DEP8", "count": 3}]},
+                      serving={"redundant_experts": 32})
+    out = api.compile(path, only=("vllm",)).artifacts
+    lines = [s.argv for s in emitted.scripts(out)]
+    assert any("--enable-eplb" in argv for argv in lines)
+    assert_all_ok(harness.check_vllm_lines(lines))
+
+
 REGISTRY = """
 import json, re, sys
 names = {}

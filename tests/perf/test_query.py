@@ -14,7 +14,8 @@ from compiler import catalog
 from compiler.perf import commands, query
 from compiler.perf.ops import op_model
 
-MODEL = op_model(catalog.system("hgx-h200"), catalog.calibration("hgx-h200"))
+MODEL = op_model(catalog.system("hgx-h200"), catalog.calibration("hgx-h200"),
+                 catalog.floors("hgx-h200")["floors"])
 
 GOOD = [
     {"op": "gemm", "dtype": "bf16", "m": 128, "n": 4096, "k": 7168},
@@ -164,3 +165,9 @@ def test_rackc_perf_ops_as_a_process():
     assert proc.stderr.startswith("error[E601] <stdin>:2 m: expected positive integer")
     assert "got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_perf_ops_help_names_every_op():
+    """`rackc perf ops --help` lists the ops without importing the query module."""
+    from compiler.perf import commands, query
+    assert tuple(query.FORMS) == commands.OPS

@@ -83,3 +83,17 @@ def test_prefix_hit_rate_follows_pool_capacity():
     assert prefix_hit_rate(w, 10_000) == pytest.approx(0.9)
     assert prefix_hit_rate(w, 5_000) == pytest.approx(0.45)
     assert prefix_hit_rate(dataclasses.replace(w, prefix_reuse=0.0), 10_000) == 0.0
+
+
+def test_prefill_overlap_hides_communication_under_compute(h200):
+    """Dual-batch overlap: prefill shows only what dispatch and combine do not hide (and the
+    SMs they take); decode's low-latency all-to-all is not overlapped."""
+    from compiler.perf import comm
+    shape = parse_shape("DEP8")
+    pre = prefill_step(h200, shape, 16384, 1024, 0)
+    exposed = pre.breakdown["dispatch"] + pre.breakdown["combine"]
+    link = comm.instance_link(h200.system, 8)
+    one = comm.all_to_all_us(h200.system, link, 8, 16384 * 8 * 7168, False)
+    assert 0 <= exposed < one * (h200.model.layers - h200.model.dense_layers)
+    dec = decode_step(h200, shape, 64, 2048)
+    assert dec.breakdown["dispatch"] > 0 and dec.breakdown["combine"] > 0

@@ -1,0 +1,172 @@
+"""Recompile from a running plan after hardware fails (`rackc compile --from OLD/plan.yaml
+--unavailable ID,...`), and say what changes between two plans.
+
+The failed hardware joins the deployment's `unavailable` list; every instance of the old plan
+whose GPUs are all still available is kept with its id and GPUs (the solver places only new
+instances, on what is left, and counts the kept supply toward goodput); new instances take ids
+the old plan never used. Plans are compared by GPU set: an instance on the same GPUs is the same
+instance whatever its id.
+"""
+
+import hashlib
+import re
+from dataclasses import replace
+
+from compiler import graph
+from compiler.load import Inputs, layout
+from compiler.plan import Instance, Plan
+from compiler.shapes import parse_shape
+from compiler.solve.build import build_problem
+from compiler.solve.counts import solve_counts
+from compiler.solve.problem import Kept
+from schemas.diagnostics import CompileError, Diagnostic
+from schemas.rack import Unavailable
+
+ID = re.compile(r"^r(\d+)(?:-t(\d+)(?:-g(\d+))?)?$")
+
+
+def _bad(got: str, expected: str, hint: str) -> CompileError:
+    return CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, "--unavailable",
+                                    expected, got, hint)])
+
+
+def parse_ids(text: str, inputs: Inputs) -> list[str]:
+    """GPU ids of `--unavailable`: GPUs `r0-t07-g2`, trays `r0-t07`, racks `r3`."""
+    racks, trays = layout(inputs.hardware, inputs.system)
+    per = inputs.system.gpus_per_tray
+    out: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        m = ID.match(item)
+        if not m:
+            raise _bad(repr(item), "a GPU r0-t07-g2, a tray r0-t07 or a rack r3",
+                       "use the ids of plan.yaml (hardware.trays)")
+        r, t, g = (int(x) if x is not None else None for x in m.groups())
+        if r >= racks or (t is not None and t >= trays) or (g is not None and g >= per):
+            raise _bad(repr(item), f"an id within r<0..{racks - 1}>-t<00..{trays - 1:02d}>-"
+                       f"g<0..{per - 1}>", "the hardware has no such rack, tray or GPU")
+        for tt in [t] if t is not None else range(trays):
+            out += [graph.gpu_id(r, tt, g)] if g is not None else \
+                [graph.gpu_id(r, tt, k) for k in range(per)]
+    return out
+
+
+def with_failures(inputs: Inputs, base: Plan | None, failed: list[str]) -> Inputs:
+    """The inputs with the failed GPUs (and those the old plan already had down) unavailable;
+    the digest covers them."""
+    old = base.hardware.unavailable_gpus if base is not None else []
+    spec = inputs.hardware.spec
+    have = set(spec.unavailable.gpus)
+    extra = sorted({g for g in [*old, *failed] if g not in have}, key=graph._natural)
+    if not extra:
+        return inputs
+    down = Unavailable(trays=list(spec.unavailable.trays), gpus=[*spec.unavailable.gpus, *extra])
+    hardware = inputs.hardware.model_copy(
+        update={"spec": spec.model_copy(update={"unavailable": down})})
+    digest = hashlib.sha256("\0".join([inputs.resolved.digest, *extra]).encode()).hexdigest()
+    return replace(inputs, hardware=hardware, resolved=replace(inputs.resolved, digest=digest))
+
+
+def check_base(base: Plan, inputs: Inputs, g) -> None:
+    """The old plan must describe this hardware (same system, trays and GPUs)."""
+    have = [(t.id, tuple(t.gpus)) for t in base.hardware.trays]
+    want = [(t, tuple(graph.gpus_of_tray(g, t))) for t in graph.trays(g)]
+    if base.hardware.system != inputs.system.name or have != want:
+        raise CompileError([Diagnostic(
+            "error", "E703", "<argument>", 0, 0, "--from",
+            f"a plan of this hardware ({inputs.system.name}, {len(want)} trays)",
+            f"{base.hardware.system}, {len(have)} trays",
+            "pass the plan.yaml compiled from this deployment")])
+
+
+def kept(base: Plan, g) -> list[Kept]:
+    """The old plan's instances whose GPUs are all still available."""
+    up = set(graph.available_gpus(g))
+    return [Kept(i.id, i.role, parse_shape(i.shape), tuple(i.gpus)) for i in base.instances
+            if up.issuperset(i.gpus)]
+
+
+def next_ids(base: Plan) -> dict[str, int]:
+    """Per role, the first id number the old plan never used."""
+    out: dict[str, int] = {}
+    for i in base.instances:
+        n = int(i.id.rsplit("-", 1)[1]) + 1
+        out[i.role] = max(out.get(i.role, 0), n)
+    return out
+
+
+def fresh_goodput(inputs: Inputs, g, pre) -> float | None:
+    """The goodput of the count model with nothing kept: what moving every instance could
+    reach, for comparison (None when even that is infeasible)."""
+    counts = solve_counts(build_problem(inputs, g, pre))
+    return None if isinstance(counts, list) else counts.objective
+
+
+def match(a: Plan, b: Plan) -> tuple[list[tuple[Instance, Instance]], list[Instance],
+                                     list[Instance], list[tuple[Instance, Instance]]]:
+    """(same GPU set, stopped, started, moved): instances match by GPU set first; an unmatched
+    pair that shares an id has moved."""
+    by_gpus = {tuple(i.gpus): i for i in b.instances}
+    same, left = [], []
+    for x in a.instances:
+        y = by_gpus.pop(tuple(x.gpus), None)
+        (same.append((x, y)) if y is not None else left.append(x))
+    rest = {i.id: i for i in b.instances if tuple(i.gpus) in by_gpus}
+    moved = [(x, rest.pop(x.id)) for x in left if x.id in rest]
+    moved_ids = {x.id for x, _ in moved}
+    stopped = [x for x in left if x.id not in moved_ids]
+    started = sorted(rest.values(), key=lambda i: (i.role, int(i.id.rsplit("-", 1)[1])))
+    return same, stopped, started, moved
+
+
+def _where(i: Instance) -> str:
+    return f"{i.shape} on {','.join(i.trays)}"
+
+
+def changes(a: Plan, b: Plan) -> list[str]:
+    """What stops, starts and moves from plan a to plan b: instances, Engram shards, pool
+    segments; then the predicted metrics before and after."""
+    same, stopped, started, moved = match(a, b)
+    out = [f"- stop {x.id}: {_where(x)}" for x in stopped]
+    out += [f"+ start {y.id}: {_where(y)}" for y in started]
+    out += [f"~ move {x.id}: {_where(x)} -> {_where(y)}" for x, y in moved]
+    out += [f"~ {x.id} -> {y.id}: same GPUs, {_where(x)} (batch {x.max_batch}) -> "
+            f"{_where(y)} (batch {y.max_batch})" for x, y in same
+            if (x.id, x.shape, x.max_batch, x.max_batched_tokens) !=
+            (y.id, y.shape, y.max_batch, y.max_batched_tokens)]
+    out.append(f"instances: {len(same)} keep their GPUs, {len(stopped)} stop, "
+               f"{len(started)} start, {len(moved)} move")
+    sa = {(s.group, s.table, s.shard): s for s in a.engram_shards}
+    sb = {(s.group, s.table, s.shard): s for s in b.engram_shards}
+    kept_shards = sum(1 for k, s in sa.items() if sb.get(k) == s)
+    gone = sum(1 for k in sa if k not in sb)
+    new = sum(1 for k in sb if k not in sa)
+    if sa or sb:
+        out.append(f"engram shards: {kept_shards} stay, {len(sa) - kept_shards - gone} move or "
+                   f"resize, {gone} stop, {new} start")
+    pa = {(s.kind, s.location): s.gib for s in a.kv_pool.segments}
+    pb = {(s.kind, s.location): s.gib for s in b.kv_pool.segments}
+    if pa or pb:
+        out.append(f"pool segments: {sum(1 for k in pa if pb.get(k) == pa[k])} stay, "
+                   f"{sum(1 for k in pa if k in pb and pb[k] != pa[k])} resize, "
+                   f"{sum(1 for k in pa if k not in pb)} stop, "
+                   f"{sum(1 for k in pb if k not in pa)} start "
+                   f"({a.kv_pool.total_gib:g} -> {b.kv_pool.total_gib:g} GiB)")
+    return out
+
+
+METRICS = ("goodput_requests_per_s", "tokens_per_s_per_user_p90", "ttft_ms_p90",
+           "total_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "prefix_hit_rate")
+
+
+def metrics(a: Plan, b: Plan, fresh: float | None = None) -> list[str]:
+    """Predicted metrics before -> after (and what a fresh compile's counts would reach)."""
+    out = [f"goodput: {a.solver.objective:g} -> {b.solver.objective:g} requests/s" + (
+        f" (a fresh compile, moving instances, would reach {fresh:g})"
+        if fresh is not None and fresh > b.solver.objective + 1e-6 else "")]
+    pa = a.predicted.model_dump() if a.predicted else {}
+    pb = b.predicted.model_dump() if b.predicted else {}
+    for key in METRICS[1:]:
+        va, vb = pa.get(key), pb.get(key)
+        if va is not None or vb is not None:
+            out.append(f"{key}: {va} -> {vb}")
+    return out

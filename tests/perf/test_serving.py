@@ -1,0 +1,101 @@
+"""Serving model: where the first token comes from, and what TTFT is made of."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from compiler.load import load_inputs
+from compiler.perf import serving
+from compiler.perf.predict import Layout, groups, predict_layout, workload
+from compiler.shapes import parse_shape
+
+H200 = Path(__file__).resolve().parents[2] / "examples" / "hgx-h200-deepseek-v3"
+
+
+@pytest.fixture(scope="module")
+def h200():
+    inputs = load_inputs(H200 / "deployment.yaml")
+    return inputs, replace(workload(inputs), prefix_reuse=0.0, isl_cv=0.0)
+
+
+AGG = [Layout("aggregated", parse_shape("DEP8"), 1)]
+DISAGG = [Layout("prefill", parse_shape("DEP2"), 2), Layout("decode", parse_shape("DEP4"), 1)]
+
+
+@pytest.mark.parametrize("layout", [AGG, DISAGG], ids=["aggregated", "disaggregated"])
+def test_osl_one_is_all_prefill(h200, layout):
+    """The first output token comes from prefill: at OSL 1 no decode step is charged, so the
+    request rate is what prefill sustains, and one more output token costs one decode step
+    at most (not a second prefill's worth)."""
+    inputs, w = h200
+    one = predict_layout(inputs, layout, replace(w, osl=1, concurrency=4096))
+    two = predict_layout(inputs, layout, replace(w, osl=2, concurrency=4096))
+    assert one.requests_per_s >= two.requests_per_s
+    assert two.requests_per_s > 0.8 * one.requests_per_s
+    assert one.prefill_utilisation == pytest.approx(serving.MAX_UTILISATION, rel=1e-3)
+
+
+def test_decode_is_charged_osl_minus_one_steps(h200):
+    inputs, w = h200
+    ctx = groups(inputs, AGG, w)[0].ctx
+    assert serving.decode_steps(replace(w, osl=1), ctx) == 0
+    assert serving.decode_steps(replace(w, osl=385), ctx) == pytest.approx(384 / ctx.acceptance)
+
+
+def test_aggregated_ttft_includes_the_prompt_in_chunks(h200):
+    """At concurrency 1 the TTFT is the request's own chunked prefill: it grows with the
+    uncached prompt (more chunks), and is far more than one decode step."""
+    inputs, w = h200
+    short = predict_layout(inputs, AGG, replace(w, isl=1024, concurrency=1))
+    long = predict_layout(inputs, AGG, replace(w, isl=32768, concurrency=1))
+    decode_step_ms = short.instances[0]["decode_step_us"] / 1e3
+    assert short.ttft_ms_p50 > 2 * decode_step_ms
+    assert long.ttft_ms_p50 > 16 * short.ttft_ms_p50
+
+
+def test_aggregated_ttft_queues_with_load(h200):
+    inputs, w = h200
+    light = predict_layout(inputs, AGG, replace(w, concurrency=8))
+    heavy = predict_layout(inputs, AGG, replace(w, concurrency=2048))
+    assert heavy.prefill_utilisation > light.prefill_utilisation
+    assert heavy.ttft_ms_p50 > 2 * light.ttft_ms_p50
+    assert heavy.ttft_ms_p90 >= heavy.ttft_ms_p50
+
+
+VR = Path(__file__).resolve().parents[2] / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+
+
+def test_agentx_hit_rate_holds_with_the_rack_pool():
+    """SYSTEM.md's source material: AgentX prefix hits stay at 96.5-97% at very high
+    concurrency with the rack-wide pool. The pool holds the sessions' working set (and four
+    times as many sessions), so the hit rate is the trace's reusable share; a pool smaller
+    than the working set loses hits in proportion."""
+    from compiler.perf.predict import pool_tokens
+    inputs = load_inputs(VR / "deployment.yaml")
+    w = workload(inputs)
+    plan = [Layout("decode", parse_shape("DEP32"), 2), Layout("prefill", parse_shape("DEP2"), 4)]
+    pool = pool_tokens(inputs, groups(inputs, plan, w))
+    assert 0.965 <= serving.prefix_hit_rate(w, pool) <= 0.97
+    assert 0.965 <= serving.prefix_hit_rate(replace(w, sessions=4 * w.sessions), pool) <= 0.97
+    working_set = w.sessions * w.shared_prefix_tokens
+    assert serving.prefix_hit_rate(w, working_set / 2) == pytest.approx(w.prefix_reuse / 2)
+
+
+def test_balance_says_what_spare_prefill_buys():
+    """One DEP32 decode bound by its supply, 20 DEP2 prefill where 5 would carry it: the
+    spare lowers prefill utilisation and TTFT."""
+    from types import SimpleNamespace
+
+    from compiler.balance import balance
+    inputs = load_inputs(VR / "deployment.yaml")
+    plan = [Layout("decode", parse_shape("DEP32"), 1), Layout("prefill", parse_shape("DEP2"), 20)]
+    instances = [SimpleNamespace(role="decode", shape="DEP32")] \
+        + [SimpleNamespace(role="prefill", shape="DEP2")] * 20
+    b = balance(inputs, instances, {"decode:DEP32": 400.0, "prefill:DEP2": 90.0}, 400.0, 72,
+                plan)
+    assert b["binding_role"] == "decode"
+    assert b["one_more_binding_instance_goodput"] == pytest.approx(4 * 90.0)
+    assert (b["prefill_instances_needed"], b["prefill_instances_spare"]) == (5, 15)
+    assert b["prefill_utilisation_with_spare"] < b["prefill_utilisation_without_spare"]
+    assert b["ttft_ms_p90_with_spare"] < b["ttft_ms_p90_without_spare"]
