@@ -12,6 +12,7 @@ from compiler.memory import gpu_budget, weight_parts_gib
 from compiler.perf import comm
 from compiler.perf.predict import context
 from compiler.perf.step import decode_step, prefill_step
+from compiler.pinned import predict_pinned
 from compiler.precheck import precheck_counts
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
@@ -61,6 +62,9 @@ def test_offloaded_weights_are_pinned_flagged_and_streamed(tmp_path: Path):
     # every decode step reads the touched offloaded experts over PCIe
     decode = plan.predicted.breakdown["decode"]
     assert decode["weight_offload"] > decode["moe_experts"]
+    # the fast pinned path (`rackc predict`) sizes and costs the offload alike
+    fast = predict_pinned(path)
+    assert fast.output_tokens_per_s_per_gpu == plan.predicted.output_tokens_per_s_per_gpu
 
 
 def test_offload_read_is_the_touched_share_over_the_host_link(tmp_path: Path):
