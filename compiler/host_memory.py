@@ -22,6 +22,17 @@ class TrayLoad:
     weights_gib: float  # weights offloaded by the tray's ranks
 
 
+def ranks_on(inst: Instance, tray: str) -> int:
+    return sum(1 for g in inst.gpus if g.startswith(tray + "-"))
+
+
+def engram_share_gib(tables_gib: float, inst: Instance, on_tray: int) -> float:
+    """The host Engram one instance pins on a tray where `on_tray` of its ranks run."""
+    if inst.engram != "host":
+        return 0.0
+    return tables_gib if inst.dp > 1 else tables_gib * on_tray / inst.tp
+
+
 def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]:
     tables = arch.engram_bytes(inputs.model.spec) / arch.GIB
     ranks: dict[str, int] = {}
@@ -29,12 +40,10 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
     weights: dict[str, float] = {}
     for inst in instances:
         for tray in inst.trays:
-            on_tray = sum(1 for g in inst.gpus if g.startswith(tray + "-"))
+            on_tray = ranks_on(inst, tray)
             ranks[tray] = ranks.get(tray, 0) + on_tray
+            engram[tray] = engram.get(tray, 0.0) + engram_share_gib(tables, inst, on_tray)
             weights[tray] = weights.get(tray, 0.0) + on_tray * inst.cpu_offload_gib
-            if inst.engram == "host":
-                share = tables if inst.dp > 1 else tables * on_tray / inst.tp
-                engram[tray] = engram.get(tray, 0.0) + share
     return {t: TrayLoad(n, engram.get(t, 0.0), weights[t]) for t, n in ranks.items()}
 
 

@@ -48,7 +48,6 @@ class Hardware(Frozen):
     system: str
     form: Literal["nvl72", "hgx"]
     gpu_family: Literal["hopper", "blackwell", "rubin"]
-    gpu_product: str  # node label value nvidia.com/gpu.product
     arch: Literal["arm64", "amd64"]
     gpus_per_tray: int
     domains_per_gpu: int
@@ -84,9 +83,7 @@ class Speculative(Frozen):
 class Serving(Frozen):
     name: str  # deployment metadata.name
     namespace: str
-    image: str
     vllm_version: str
-    hf_token_secret: str
     kv_cache_dtype: Literal["fp8", "bf16"]
     block_size: int  # a multiple of the attention backend's kernel block
     max_model_len: int
@@ -203,6 +200,77 @@ class SolverInfo(Frozen):
     racks: list[RackSolve]
 
 
+class Images(Frozen):
+    dynamo: str  # Dynamo's vLLM runtime: DGD workers and frontend
+    vllm: str  # plain vLLM: vllm/ scripts, lws/, the Mooncake master
+    runtime_version_override: str | None  # the DGD components' field, when the tag needs it
+    router: str | None  # vllm-router for lws/ P/D
+
+
+class Rdma(Frozen):
+    transport: Literal["rdma", "tcp"]
+    resource: str  # device-plugin extended resource
+    hca_names: list[str]  # "" = auto-discovery
+
+
+class ModelCache(Frozen):
+    kind: Literal["pvc", "host_path"]
+    source: str  # claim name or host directory
+    mount_path: str
+    hf_home: str
+    engine_ready_timeout_s: int
+
+
+class Toleration(Frozen):
+    key: str
+    operator: str
+    value: str | None
+    effect: str | None
+
+
+class Resources(Frozen):
+    """Requests (= limits for memory) of one pod."""
+
+    cpu: int
+    memory_gib: float
+    shm_gib: float  # /dev/shm, inside memory_gib
+    rdma_devices: int  # of Site.rdma.resource; 0 without RDMA
+    registers_memory: bool  # RDMA memory registration: IPC_LOCK
+
+
+class PodSize(Frozen):
+    """What one pod (one node) of an instance pins on its host."""
+
+    instance: str
+    resources: Resources
+    pool_bytes_per_rank: int  # Mooncake global_segment_size of each rank on the node
+    engram_host_gib: float  # host Engram tables, shared by the node's ranks through /dev/shm
+
+
+class Site(Frozen):
+    images: Images
+    rdma: Rdma
+    model_cache: ModelCache
+    hf_token_secret: str | None
+    pin_by_hostname: bool  # kubernetes.io/hostname label == node name (the user says so)
+    tolerations: list[Toleration]
+    priority_class: str | None
+    pods: list[PodSize]  # sorted by instance id
+    mooncake_segment_bytes: dict[str, int]  # tray -> global_segment_size of each rank there
+    mooncake_local_buffer_bytes: int
+    frontend: Resources
+    mooncake_master: Resources
+
+
+class Parsers(Frozen):
+    """Tool-call and reasoning parsers of the model, by engine (their registries differ)."""
+
+    vllm_tool_call: str | None
+    vllm_reasoning: str | None
+    dynamo_tool_call: str | None
+    dynamo_reasoning: str | None
+
+
 class CurvePoint(Frozen):
     batch: int
     tokens_per_s_per_user_p50: float
@@ -269,6 +337,11 @@ class Plan(Frozen):
     solver: SolverInfo
     predicted: Predicted | None
     decisions: list[Decision]
+    site: Site
+    parsers: Parsers
+
+    def pod_size(self, instance_id: str) -> PodSize:
+        return next(p for p in self.site.pods if p.instance == instance_id)
 
     # lookups, indexed once per plan so that targets stay linear in its size
     def instance(self, instance_id: str) -> Instance:

@@ -56,6 +56,8 @@ def test_offloaded_weights_are_pinned_flagged_and_streamed(tmp_path: Path):
         {(80.0, ("experts",))}
     (tray,) = plan.host_memory.values()
     assert tray.weights_gib == 8 * 80.0
+    # each pod's memory request holds its ranks' pinned weights (compiler.site)
+    assert all(plan.pod_size(i.id).resources.memory_gib >= 4 * 80 for i in plan.instances)
     launch = "\n".join(v for k, v in result.artifacts.items()
                        if k.startswith("vllm/decode-00/") and isinstance(v, str))
     assert "--cpu-offload-gb 80 \\\n  --cpu-offload-params experts \\\n" in launch
