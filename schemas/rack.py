@@ -17,7 +17,8 @@ from schemas.base import (
 
 # GPU Feature Discovery: `nvidia.com/gpu.clique` = "<NVLink cluster UUID>.<clique id>".
 GPU_CLIQUE = "nvidia.com/gpu.clique"
-CLIQUE_VALUE = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\.[0-9]+"
+CLIQUE_VALUE = (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+                r"\.[0-9]+")
 GpuId = Annotated[str, Field(pattern=r"^r[0-9]{1,3}-t[0-9]{2,3}-g[0-9]{1,2}$")]  # HGX: t100+
 MAX_RACKS = 64  # NVL72 racks of one cluster (18 trays each)
 MAX_NODES = 576  # HGX nodes of one cluster: the 4608 GPUs of 64 NVL72 racks

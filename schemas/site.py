@@ -14,7 +14,8 @@ IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
 IMAGE_MAX = 512
 SEMVER = r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$"
 # Extended resource names: `<domain>/<name>` (rdma/ib, nvidia.com/cx8_sriov, ...).
-RESOURCE_NAME = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+RESOURCE_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)"
+                 r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 HCA = r"^[A-Za-z0-9_]+(:[0-9]+)?$"
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9._-]+)+/?$"
 HcaName = Annotated[str, Field(max_length=64, pattern=HCA)]

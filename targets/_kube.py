@@ -22,7 +22,6 @@ from kubernetes.client import (
     V1EmptyDirVolumeSource,
     V1EnvVar,
     V1EnvVarSource,
-    V1HTTPGetAction,
     V1HostPathVolumeSource,
     V1LabelSelector,
     V1Namespace,

@@ -20,8 +20,6 @@ from pathlib import Path
 
 from compiler import api, catalog, site
 from compiler.memory import GpuBudget
-from compiler.resolve import HostReserve
-from schemas.site import Site
 from compiler.plan import (
     DomainMemory,
     EngramShard,
@@ -39,6 +37,8 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
+from compiler.resolve import HostReserve
+from schemas.site import Site
 
 GIB = 1024**3
 RESERVED_GIB = 4.37  # CUDA context 3.5 + NCCL 0.37 + NIXL 0.5 (catalog/engines/vllm.yaml)
