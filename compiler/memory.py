@@ -6,8 +6,9 @@ the memory free when the worker takes its snapshot (after CUDA and NCCL are up),
 registers after the profile run; so those stay outside (`reserved_gib`). Inside: weights, the
 Engram shard when in HBM, the workspace (activations, DeepEP buffers, vLLM's 150 MiB margin),
 then KV. Weights offloaded to host memory (`serving.weight_offload`, vLLM's UVA offload) leave
-the budget: they are pinned in the tray's DRAM (compiler.host_memory). Expert weights and the LM head are split die-local by output columns, so on a GPU with
-several memory domains each domain holds an equal share (SYSTEM.md, memory placement).
+the budget: they are pinned in the tray's DRAM (compiler.host_memory). Expert weights and the
+LM head are split die-local by output columns, so on a GPU with several memory domains each
+domain holds an equal share (SYSTEM.md, memory placement).
 """
 
 import math

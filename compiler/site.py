@@ -82,8 +82,8 @@ def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str,
 def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: float,
          instance: Instance, pool: dict[str, int]) -> PodSize:
     """The host budget's share of one pod (compiler.host_memory): its ranks' processes, store
-    buffers, pool segments and offloaded weights, and its host Engram, which sits in /dev/shm when the ranks share
-    it (DP > 1)."""
+    buffers, pool segments and offloaded weights, and its host Engram, which sits in /dev/shm
+    when the ranks share it (DP > 1)."""
     per_node = max(ranks_on(instance, t) for t in instance.trays)
     per_rank = max((pool.get(t, 0) for t in instance.trays), default=0)
     engram = engram_share_gib(tables_gib, instance, per_node)
