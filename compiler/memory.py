@@ -91,8 +91,9 @@ def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
 
 def offload_gib(inputs, shape: Shape) -> float:
     """Weights per GPU that `serving.weight_offload` keeps in host memory: what it asks for, at
-    most the offloadable weights (routed experts only, or all). vLLM offloads parameters in load
-    order until `--cpu-offload-gb` is reached (vllm/model_executor/offloader/uva.py)."""
+    most the offloadable weights (routed experts only, or all). vLLM offloads whole parameters in
+    load order until `--cpu-offload-gb` is reached (vllm/model_executor/offloader/uva.py), so
+    the last one may take up to one layer's tensor more from HBM to host than this."""
     asked = inputs.deployment.spec.serving.weight_offload
     if asked is None:
         return 0.0
