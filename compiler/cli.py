@@ -166,6 +166,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         emitter.close()
     plan = result.plan
+    from compiler.preflight import notices
+
+    for notice in notices(plan):
+        if only is None or notice.target in only:
+            sys.stderr.write(notice.render() + "\n")
     if args.format == "json":
         _print_json({"out": args.output, "files": sorted(result.artifacts),
                      "solver": plan.solver.model_dump(),

@@ -69,6 +69,12 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
         "solver": _solver([p.solver for p in renamed]),
         "predicted": _predicted(fleet, renamed),
         "decisions": _decisions(names, renamed),
+        "site": first.site.model_copy(update={  # the deployment's site, every group's pods
+            "pods": sorted((pod for p in renamed for pod in p.site.pods),
+                           key=lambda pod: pod.instance),
+            "mooncake_segment_bytes": dict(sorted(
+                ((k, v) for p in renamed for k, v in p.site.mooncake_segment_bytes.items()),
+                key=lambda kv: _natural(kv[0])))}),
     })
 
 

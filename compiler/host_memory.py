@@ -2,9 +2,10 @@
 
 Per tray: the Mooncake DRAM segment (the store registers it with the NIC: pinned), the Engram
 tables of instances that read them from host memory (one copy per instance and node when its
-DP ranks share them, `dp_shared_memory`; a TP instance's ranks hold their TP shards), each
-engine rank's process and the store client's transfer buffer, and the OS reserve. The pool
-segment takes what is left, at most the deployment's `dram_fraction`.
+DP ranks share them, `dp_shared_memory`; a TP instance's ranks hold their TP shards), the
+weights each rank offloads (`--cpu-offload-gb`, pinned for UVA reads), each engine rank's
+process and the store client's transfer buffer, and the OS reserve. The pool segment takes
+what is left, at most the deployment's `dram_fraction`.
 """
 
 from dataclasses import dataclass
@@ -18,20 +19,32 @@ from compiler.plan import Decision, HostMemory, Instance
 class TrayLoad:
     ranks: int  # engine ranks (GPUs) on the tray
     engram_gib: float  # Engram tables pinned on the tray
+    weights_gib: float  # weights offloaded by the tray's ranks
+
+
+def ranks_on(inst: Instance, tray: str) -> int:
+    return sum(1 for g in inst.gpus if g.startswith(tray + "-"))
+
+
+def engram_share_gib(tables_gib: float, inst: Instance, on_tray: int) -> float:
+    """The host Engram one instance pins on a tray where `on_tray` of its ranks run."""
+    if inst.engram != "host":
+        return 0.0
+    return tables_gib if inst.dp > 1 else tables_gib * on_tray / inst.tp
 
 
 def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]:
     tables = arch.engram_bytes(inputs.model.spec) / arch.GIB
     ranks: dict[str, int] = {}
     engram: dict[str, float] = {}
+    weights: dict[str, float] = {}
     for inst in instances:
         for tray in inst.trays:
-            on_tray = sum(1 for g in inst.gpus if g.startswith(tray + "-"))
+            on_tray = ranks_on(inst, tray)
             ranks[tray] = ranks.get(tray, 0) + on_tray
-            if inst.engram == "host":
-                share = tables if inst.dp > 1 else tables * on_tray / inst.tp
-                engram[tray] = engram.get(tray, 0.0) + share
-    return {t: TrayLoad(n, engram.get(t, 0.0)) for t, n in ranks.items()}
+            engram[tray] = engram.get(tray, 0.0) + engram_share_gib(tables, inst, on_tray)
+            weights[tray] = weights.get(tray, 0.0) + on_tray * inst.cpu_offload_gib
+    return {t: TrayLoad(n, engram.get(t, 0.0), weights[t]) for t, n in ranks.items()}
 
 
 def host_memory(inputs: Inputs, instances: list[Instance]
@@ -44,16 +57,20 @@ def host_memory(inputs: Inputs, instances: list[Instance]
     out, decisions = {}, []
     for tray, load in sorted(tray_loads(inputs, instances).items()):
         process = load.ranks * per_rank
-        left = dram - r.host.os_gib - process - load.engram_gib
+        left = dram - r.host.os_gib - process - load.engram_gib - load.weights_gib
         wanted = dram * r.dram_fraction.value if r.kv_pool_dram.value else 0.0
         pool = round(max(0.0, min(wanted, left)), 3)
         if pool < wanted:
+            offloaded = f", {load.weights_gib:.1f} GiB of offloaded weights" \
+                if load.weights_gib else ""
             decisions.append(Decision(
                 path=f"kv_pool.segments.{tray}", value=f"{pool:g} GiB", source="rule:host-memory",
                 why=f"{r.dram_fraction.value:g} of {dram:g} GiB asked for, but the tray pins "
-                    f"{load.engram_gib:.1f} GiB of Engram tables and {process:.1f} GiB for "
+                    f"{load.engram_gib:.1f} GiB of Engram tables{offloaded} and "
+                    f"{process:.1f} GiB for "
                     f"{load.ranks} engine ranks beside an OS reserve of {r.host.os_gib:.1f} GiB"))
         out[tray] = HostMemory(pool_gib=pool, engram_gib=round(load.engram_gib, 3),
                                process_gib=round(process, 3),
-                               reserved_gib=round(r.host.os_gib, 3), capacity_gib=dram)
+                               reserved_gib=round(r.host.os_gib, 3), capacity_gib=dram,
+                               weights_gib=round(load.weights_gib, 3))
     return out, decisions

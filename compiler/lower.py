@@ -2,11 +2,11 @@
 
 import networkx as nx
 
-from compiler import arch, graph
+from compiler import arch, graph, site
 from compiler.decisions import decisions
 from compiler.host_memory import host_memory
 from compiler.load import Inputs
-from compiler.memory import all2all_of
+from compiler.memory import all2all_of, offload_gib
 from compiler.plan import (
     Decision,
     DomainMemory,
@@ -40,7 +40,7 @@ def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
              for t in graph.trays(g)]
     return Hardware(
         system=system.name, form=system.form, gpu_family=system.gpu.family,
-        gpu_product=system.gpu.product_label.value, arch=system.arch,
+        arch=system.arch,
         gpus_per_tray=system.gpus_per_tray, domains_per_gpu=system.domains_per_gpu,
         hbm_gib_per_gpu=system.gpu.hbm_gib.value,
         rdma_devices_per_tray=inputs.resolved.rdma_devices_per_tray.value,
@@ -67,8 +67,8 @@ def _serving(inputs: Inputs) -> Serving:
     s = d.spec.serving
     spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
                        acceptance=s.speculative.acceptance) if s.speculative else None
-    return Serving(name=d.metadata.name, namespace=s.namespace, image=s.image,
-                   vllm_version=s.vllm_version, hf_token_secret=s.hf_token_secret,
+    return Serving(name=d.metadata.name, namespace=s.namespace,
+                   vllm_version=s.vllm_version,
                    kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
                    max_model_len=r.max_model_len.value,
                    attention_backend=r.attention_backend.value,
@@ -99,9 +99,12 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, 
         choices.append(moe)
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
     connectors = r.kv_connectors(role)
+    offload = inputs.deployment.spec.serving.weight_offload
     fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
               "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
-              "connector_env": r.connector_env(connectors.value)}
+              "connector_env": r.connector_env(connectors.value),
+              "cpu_offload_gib": offload_gib(inputs, shape),
+              "cpu_offload_params": ["experts"] if offload and offload.experts_only else []}
     return fields, [*choices, connectors]
 
 
@@ -214,21 +217,28 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     model = _model(inputs)
     instances, made = _instances(inputs, sol, g)
     memory = _memory(sol, instances, g)
+    hardware = _hardware(inputs, g)
     host, trimmed = host_memory(inputs, instances)
+    kv_pool = _pool(inputs, host, memory)
+    site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
+                                instances, kv_pool, inputs.resolved.host)
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,
-        hardware=_hardware(inputs, g),
+        hardware=hardware,
         model=model,
         serving=_serving(inputs),
         instances=instances,
         memory=memory,
         host_memory=host,
         engram_shards=_engram(model, instances, g),
-        kv_pool=_pool(inputs, host, memory),
+        kv_pool=kv_pool,
         routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
                         block_size=inputs.resolved.block_size.value),
         solver=_solver(sol),
         predicted=None,
-        decisions=decisions(inputs, sol, instances, made + trimmed),
+        decisions=sorted(decisions(inputs, sol, instances, made + trimmed)
+                         + site.decisions(inputs, site_plan), key=lambda d: d.path),
+        site=site_plan,
+        parsers=site.parsers(inputs.model_name),
     )

@@ -6,7 +6,7 @@ Targets import this module only.
 """
 
 from functools import cached_property
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_serializer
@@ -23,6 +23,19 @@ class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class OmitsOptional(Frozen):
+    """Leaves out the fields in `OPTIONAL` while they hold their default, so that plans of
+    deployments that do not use an option stay as they were."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        fields = type(self).model_fields
+        return {k: v for k, v in handler(self).items()
+                if k not in self.OPTIONAL or v != fields[k].default}
+
+
 class Tray(Frozen):
     id: str  # r0-t07
     node_name: str
@@ -35,7 +48,6 @@ class Hardware(Frozen):
     system: str
     form: Literal["nvl72", "hgx"]
     gpu_family: Literal["hopper", "blackwell", "rubin"]
-    gpu_product: str  # node label value nvidia.com/gpu.product
     arch: Literal["arm64", "amd64"]
     gpus_per_tray: int
     domains_per_gpu: int
@@ -71,9 +83,7 @@ class Speculative(Frozen):
 class Serving(Frozen):
     name: str  # deployment metadata.name
     namespace: str
-    image: str
     vllm_version: str
-    hf_token_secret: str
     kv_cache_dtype: Literal["fp8", "bf16"]
     block_size: int  # a multiple of the attention backend's kernel block
     max_model_len: int
@@ -84,7 +94,9 @@ class Serving(Frozen):
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
 
 
-class Instance(Frozen):
+class Instance(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group")
+
     id: str  # {role}-{index:02d}
     role: Role
     shape: str  # DEP2 | DEP16 | TP8 | TP8EP8 ...
@@ -102,14 +114,11 @@ class Instance(Frozen):
     env: dict[str, str]  # what its engines need beyond the shared environment
     kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
     connector_env: list[str]  # variables the connectors read, set by each target
+    # weights per GPU in pinned host memory (vLLM --cpu-offload-gb), and which parameters
+    # (--cpu-offload-params; empty: any)
+    cpu_offload_gib: float = 0.0
+    cpu_offload_params: list[str] = []
     group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
-
-    @model_serializer(mode="wrap")
-    def _omit_group(self, handler):
-        out = handler(self)
-        if out.get("group", 0) is None:
-            del out["group"]
-        return out
 
 
 class DomainMemory(Frozen):
@@ -122,14 +131,17 @@ class DomainMemory(Frozen):
     capacity_gib: float
 
 
-class HostMemory(Frozen):
+class HostMemory(OmitsOptional):
     """What a tray's engines pin in its host DRAM (GiB)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("weights_gib",)
 
     pool_gib: float  # the Mooncake DRAM segment
     engram_gib: float  # Engram tables read from host memory
     process_gib: float  # engine processes and the store clients' transfer buffers
     reserved_gib: float  # left to the OS and kubelet
     capacity_gib: float
+    weights_gib: float = 0.0  # weights offloaded from the tray's GPUs (serving.weight_offload)
 
 
 class EngramShard(Frozen):
@@ -187,6 +199,77 @@ class SolverInfo(Frozen):
     counts: PhaseSolve
     placement: PhaseSolve
     racks: list[RackSolve]
+
+
+class Images(Frozen):
+    dynamo: str  # Dynamo's vLLM runtime: DGD workers and frontend
+    vllm: str  # plain vLLM: vllm/ scripts, lws/, the Mooncake master
+    runtime_version_override: str | None  # the DGD components' field, when the tag needs it
+    router: str | None  # vllm-router for lws/ P/D
+
+
+class Rdma(Frozen):
+    transport: Literal["rdma", "tcp"]
+    resource: str  # device-plugin extended resource
+    hca_names: list[str]  # "" = auto-discovery
+
+
+class ModelCache(Frozen):
+    kind: Literal["pvc", "host_path"]
+    source: str  # claim name or host directory
+    mount_path: str
+    hf_home: str
+    engine_ready_timeout_s: int
+
+
+class Toleration(Frozen):
+    key: str
+    operator: str
+    value: str | None
+    effect: str | None
+
+
+class Resources(Frozen):
+    """Requests (= limits for memory) of one pod."""
+
+    cpu: int
+    memory_gib: float
+    shm_gib: float  # /dev/shm, inside memory_gib
+    rdma_devices: int  # of Site.rdma.resource; 0 without RDMA
+    registers_memory: bool  # RDMA memory registration: IPC_LOCK
+
+
+class PodSize(Frozen):
+    """What one pod (one node) of an instance pins on its host."""
+
+    instance: str
+    resources: Resources
+    pool_bytes_per_rank: int  # Mooncake global_segment_size of each rank on the node
+    engram_host_gib: float  # host Engram tables, shared by the node's ranks through /dev/shm
+
+
+class Site(Frozen):
+    images: Images
+    rdma: Rdma
+    model_cache: ModelCache
+    hf_token_secret: str | None
+    pin_by_hostname: bool  # kubernetes.io/hostname label == node name (the user says so)
+    tolerations: list[Toleration]
+    priority_class: str | None
+    pods: list[PodSize]  # sorted by instance id
+    mooncake_segment_bytes: dict[str, int]  # tray -> global_segment_size of each rank there
+    mooncake_local_buffer_bytes: int
+    frontend: Resources
+    mooncake_master: Resources
+
+
+class Parsers(Frozen):
+    """Tool-call and reasoning parsers of the model, by engine (their registries differ)."""
+
+    vllm_tool_call: str | None
+    vllm_reasoning: str | None
+    dynamo_tool_call: str | None
+    dynamo_reasoning: str | None
 
 
 class CurvePoint(Frozen):
@@ -283,6 +366,11 @@ class Plan(Frozen):
     solver: SolverInfo
     predicted: Predicted | None
     decisions: list[Decision]
+    site: Site
+    parsers: Parsers
+
+    def pod_size(self, instance_id: str) -> PodSize:
+        return next(p for p in self.site.pods if p.instance == instance_id)
 
     # lookups, indexed once per plan so that targets stay linear in its size
     @property

@@ -13,10 +13,9 @@ from schemas.base import (
     amount,
     count,
 )
+from schemas.site import Site
 
 Role = Literal["prefill", "decode", "aggregated"]
-IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-         r"((:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$")
 TOKENS = 1 << 24  # longer than any model's context
 SHAPE = r"^(DEP[0-9]{1,3}|TP[0-9]{1,3}|TP[0-9]{1,3}EP[0-9]{1,3})$"
 # vLLM 0.33 takes any positive --block-size, but its CUDA attention kernels take multiples of
@@ -117,9 +116,22 @@ class Checkpoint(StrictModel):
         None, description="Routed expert weights (default: the Model's)")
 
 
+class WeightOffload(StrictModel):
+    """Keep part of each GPU's weights in pinned host memory (vLLM --cpu-offload-gb, its UVA
+    backend): the kernels read them over the GPU-CPU link (NVLink-C2C or PCIe) in every
+    forward pass, so a model too large for HBM still fits, at the link's speed."""
+
+    gib_per_gpu: amount(4096) = Field(
+        description="Weights per GPU kept in host memory (at most what the GPU holds)")
+    experts_only: bool = Field(
+        False, description="Offload only routed-expert weights (vLLM --cpu-offload-params "
+                           "experts); default: any weights, in load order")
+
+
 class Serving(StrictModel):
     speculative: Speculative | None = None
     checkpoint: Checkpoint | None = None
+    weight_offload: WeightOffload | None = None
     redundant_experts: count(4096, least=0) | None = Field(
         None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
                           "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")
@@ -130,11 +142,8 @@ class Serving(StrictModel):
     block_size: BlockSize | None = Field(
         None, description="KV block in tokens. Default: the attention backend's kernel block")
     max_model_len: count(TOKENS) | None = Field(None, description="Default: the model's context")
-    image: str = Field("vllm/vllm-openai:v0.33.0", max_length=512, pattern=IMAGE,
-                       description="name:tag or name@sha256:digest")
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"
-    hf_token_secret: Name = "hf-token"
 
 
 class DeploymentSpec(StrictModel):
@@ -146,6 +155,8 @@ class DeploymentSpec(StrictModel):
     objective: Objective = Objective()
     slo: Slo = Slo()
     serving: Serving = Serving()
+    site: Site = Field(default_factory=Site, description="What the cluster decides (images, "
+                       "RDMA, model cache, secrets, scheduling)")
 
 
 class DeploymentV1(StrictModel):

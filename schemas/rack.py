@@ -1,8 +1,9 @@
 """`Rack` (one NVLink rack, or a few HGX nodes) and `Cluster` (several of them joined by RDMA)."""
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from schemas.base import (
     LabelKey,
@@ -14,6 +15,10 @@ from schemas.base import (
     count,
 )
 
+# GPU Feature Discovery: `nvidia.com/gpu.clique` = "<NVLink cluster UUID>.<clique id>".
+GPU_CLIQUE = "nvidia.com/gpu.clique"
+CLIQUE_VALUE = (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+                r"\.[0-9]+")
 GpuId = Annotated[str, Field(pattern=r"^r[0-9]{1,3}-t[0-9]{2,3}-g[0-9]{1,2}$")]  # HGX: t100+
 MAX_RACKS = 64  # NVL72 racks of one cluster (18 trays each)
 MAX_NODES = 576  # HGX nodes of one cluster: the 4608 GPUs of 64 NVL72 racks
@@ -48,6 +53,18 @@ class HardwareSpec(StrictModel):
     rdma_devices_per_tray: count(32) | None = Field(
         None, description="RDMA NICs exposed to pods per tray (resource rdma/ib); default: GPUs"
     )
+
+
+    @field_validator("node_labels")
+    @classmethod
+    def _gfd_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        """Labels GPU Feature Discovery owns carry its values, never names we make up."""
+        clique = labels.get(GPU_CLIQUE)
+        if clique is not None and not re.fullmatch(CLIQUE_VALUE, clique):
+            raise ValueError(f"{GPU_CLIQUE} as GPU Feature Discovery sets it, "
+                             f"<clusterUUID>.<cliqueId> (got {clique!r}); leave it out to pin "
+                             f"by node names only")
+        return labels
 
 
 class RackSpec(HardwareSpec):

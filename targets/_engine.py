@@ -8,7 +8,8 @@ Flag choices (vLLM 0.33, docs/targets.md explains each):
   in compiler.resolve);
 - the plan's batch limits, context length, KV dtype and block size, and the memory budget;
 - the KV connector (NIXL for P/D, plus the Mooncake store when the plan has a pool), speculative
-  decoding and Engram placement.
+  decoding and Engram placement;
+- weights offloaded to host memory (`--cpu-offload-gb`, optionally `--cpu-offload-params`).
 The per-node launch flags (which ranks run where) are `multinode_flags`.
 """
 
@@ -16,6 +17,7 @@ from compiler.plan import Instance, Plan
 from targets._components import Component
 from targets._errors import TargetError
 from targets._mooncake import pool_enabled
+from targets._topology import claims_channel, multi_node_nvlink
 from targets._yaml import compact_json
 
 SUPPORTED_VLLM = ("0.33",)
@@ -129,6 +131,10 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
         "--kv-cache-dtype", kv_cache_dtype(plan),
         *kernel_flags(plan, first),
     ]
+    if first.cpu_offload_gib:
+        args += ["--cpu-offload-gb", f"{first.cpu_offload_gib:g}"]
+        if first.cpu_offload_params:
+            args += ["--cpu-offload-params", *first.cpu_offload_params]
     if plan.serving.speculative:
         spec = plan.serving.speculative
         args += ["--speculative-config", compact_json(
@@ -144,29 +150,51 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
     return args
 
 
-def engine_env(plan: Plan, component: Component | None = None) -> dict[str, str]:
-    """The environment every engine shares, plus what the component's instances need (the
-    plan's `env`, e.g. DeepEP over MNNVL); each target adds where the Mooncake client file of
-    the node is (`_mooncake.client_config_path`)."""
-    env = {"PYTHONHASHSEED": PYTHONHASHSEED}
-    if component is not None:
-        env |= component.instances[0].env
-    nvl72 = component is not None and bool(component.domain)
-    if nvl72:
+def ucx_tls(plan: Plan) -> str:
+    """NIXL's UCX transports: RDMA (`rc`, RC verbs with UD wire-up) for KV between nodes unless
+    the site chose TCP; CUDA IPC (multi-node NVLink where the pod holds an IMEX channel)."""
+    network = "rc" if plan.site.rdma.transport == "rdma" else "tcp"
+    return f"{network},sm,self,cuda_copy,cuda_ipc"
+
+
+def engine_env(plan: Plan, component: Component) -> dict[str, str]:
+    """The environment of a component's engines: the shared part, what its instances need (the
+    plan's `env`, e.g. DeepEP over MNNVL) and the site's transports; each target adds where the
+    Mooncake client file of the node is (`_mooncake.client_config_path`) and the model cache
+    (`_site.cache_env`)."""
+    env = {"PYTHONHASHSEED": PYTHONHASHSEED, "UCX_TLS": ucx_tls(plan),
+           **component.instances[0].env}
+    if plan.site.rdma.hca_names:
+        env["UCX_NET_DEVICES"] = ",".join(f"{h}:1" if ":" not in h else h
+                                          for h in plan.site.rdma.hca_names)
+    if claims_channel(plan, component.instances[0], component.nodes_per_instance):
         # NCCL and NIXL (UCX) over the rack's multi-node NVLink (the GB200 ComputeDomain recipes).
         env |= {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
-                "UCX_CUDA_IPC_ENABLE_MNNVL": "y", "UCX_TLS": "cuda_copy,cuda_ipc,tcp"}
-    if pool_enabled(plan) and nvl72:
+                "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
+    if pool_enabled(plan) and multi_node_nvlink(plan, component.instances[0]):
         env["WITH_NVIDIA_PEERMEM"] = "0"  # DMA-BUF registration on Grace/Vera (KUBERNETES.md 6.2)
     return dict(sorted(env.items()))
 
 
+def parser_flags(plan: Plan) -> list[str]:
+    """`vllm serve`'s flags for tool calls and reasoning output (agentic clients send `tools`
+    and read `reasoning_content`), on every node: in vLLM 0.33 the reasoning parser is also an
+    engine setting (StructuredOutputsConfig). The names are vLLM 0.33's registries'."""
+    p, flags = plan.parsers, []
+    if p.vllm_tool_call:
+        flags += ["--enable-auto-tool-choice", "--tool-call-parser", p.vllm_tool_call]
+    if p.vllm_reasoning:
+        flags += ["--reasoning-parser", p.vllm_reasoning]
+    return flags
+
+
 def multinode_flags(component: Component, node_rank: str, start_rank: str, leader: str,
-                    leader_node: bool) -> list[str]:
+                    leader_node: bool, port_offset: int = 0) -> list[str]:
     """The flags that place one node's ranks of a multi-node instance. DEP: the leader runs the
     API server and the DP coordinator (internal load balancing over all ranks); the other nodes
     run headless engines from their start rank. TP across nodes: vLLM's multiprocessing executor
-    over `--nnodes`. `node_rank`, `start_rank` and `leader` may be shell expressions."""
+    over `--nnodes`. `node_rank`, `start_rank` and `leader` may be shell expressions;
+    `port_offset` separates the ports of instances that share a host's network."""
     if component.nodes_per_instance == 1:
         return []
     instance = component.instances[0]
@@ -174,7 +202,8 @@ def multinode_flags(component: Component, node_rank: str, start_rank: str, leade
     if instance.dp > 1:
         start = [] if leader_node else ["--data-parallel-start-rank", start_rank]
         return [*headless, "--data-parallel-size-local", str(component.gpus_per_node), *start,
-                "--data-parallel-address", leader, "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+                "--data-parallel-address", leader,
+                "--data-parallel-rpc-port", str(DP_RPC_PORT + port_offset)]
     return [*headless, "--distributed-executor-backend", "mp",
             "--nnodes", str(component.nodes_per_instance), "--node-rank", node_rank,
-            "--master-addr", leader, "--master-port", str(MASTER_PORT)]
+            "--master-addr", leader, "--master-port", str(MASTER_PORT + port_offset)]

@@ -4,12 +4,14 @@ Built-in kinds are the `kubernetes` client's typed models, turned into plain dic
 serialiser; the ComputeDomain (a custom resource) is a plain dict from a small typed function.
 """
 
+import math
 from typing import Any
 
 from kubernetes.client import (
     ApiClient,
     CoreV1ResourceClaim,
     V1Affinity,
+    V1Capabilities,
     V1ConfigMap,
     V1ConfigMapVolumeSource,
     V1Container,
@@ -18,9 +20,9 @@ from kubernetes.client import (
     V1DeploymentSpec,
     V1DeploymentStrategy,
     V1EmptyDirVolumeSource,
-    V1EnvFromSource,
     V1EnvVar,
     V1EnvVarSource,
+    V1HostPathVolumeSource,
     V1LabelSelector,
     V1Namespace,
     V1NodeAffinity,
@@ -29,28 +31,34 @@ from kubernetes.client import (
     V1NodeSelectorTerm,
     V1ObjectFieldSelector,
     V1ObjectMeta,
+    V1PersistentVolumeClaimVolumeSource,
     V1PodResourceClaim,
     V1PodSpec,
     V1PodTemplateSpec,
     V1Probe,
     V1ResourceRequirements,
-    V1SecretEnvSource,
+    V1SecretKeySelector,
+    V1SecurityContext,
     V1Service,
     V1ServicePort,
     V1ServiceSpec,
     V1TCPSocketAction,
+    V1Toleration,
     V1Volume,
     V1VolumeMount,
 )
 
-from compiler.plan import Plan
+from compiler.plan import Plan, Resources
 from targets import _mooncake
 from targets._components import Component
 from targets._names import dns_label
+from targets._site import cache_env
+from targets._topology import claims_channel
 from targets._yaml import dump_json, dump_yaml
 
 _API = ApiClient()
 CHANNEL_CLAIM = "compute-domain-channel"
+MODEL_CACHE_VOLUME = "model-cache"
 MOONCAKE_VOLUME = "mooncake-config"
 
 
@@ -109,24 +117,41 @@ def compute_domain(plan: Plan, domain: str) -> dict:
 
 
 def compute_domains(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
-    """One ComputeDomain per NVLink domain that runs engines (none on HGX)."""
-    return [compute_domain(plan, d) for d in sorted({c.domain for c in comps if c.domain})]
+    """One per NVLink domain whose pods claim a channel (`claims_channel`)."""
+    return [compute_domain(plan, d) for d in sorted({
+        c.domain for c in comps if claims_channel(plan, c.instances[0], c.nodes_per_instance)})]
 
 
 # --- engine pods ----------------------------------------------------------------------------
 
 def node_selector(plan: Plan, component: Component) -> dict[str, str]:
+    """The kubelet's own arch label and the labels the user says every node carries (of the
+    component's group, in a mixed fleet); no label GPU Feature Discovery owns is guessed (pods
+    are pinned by node name instead)."""
     hw = plan.hardware_of(component.instances[0].trays[0])
-    return {"kubernetes.io/arch": hw.arch, "nvidia.com/gpu.product": hw.gpu_product,
-            **hw.node_labels}
+    return {"kubernetes.io/arch": hw.arch, **hw.node_labels}
 
 
-def node_affinity(node_names: tuple[str, ...]) -> V1Affinity:
-    """Replicas of a component land on the set of trays the plan chose for them."""
+def node_affinity(plan: Plan, node_names: tuple[str, ...]) -> V1Affinity:
+    """Replicas of a component land on the set of trays the plan chose for them. By node name
+    (`metadata.name`, one field selector per term: the API allows one value each), unless the
+    user says the `kubernetes.io/hostname` label equals the node names."""
+    if plan.site.pin_by_hostname:
+        terms = [V1NodeSelectorTerm(match_expressions=[V1NodeSelectorRequirement(
+            key="kubernetes.io/hostname", operator="In", values=list(node_names))])]
+    else:
+        terms = [V1NodeSelectorTerm(match_fields=[V1NodeSelectorRequirement(
+            key="metadata.name", operator="In", values=[n])]) for n in node_names]
     return V1Affinity(node_affinity=V1NodeAffinity(
-        required_during_scheduling_ignored_during_execution=V1NodeSelector(node_selector_terms=[
-            V1NodeSelectorTerm(match_expressions=[V1NodeSelectorRequirement(
-                key="kubernetes.io/hostname", operator="In", values=list(node_names))])])))
+        required_during_scheduling_ignored_during_execution=V1NodeSelector(
+            node_selector_terms=terms)))
+
+
+def tolerations(plan: Plan) -> list[V1Toleration] | None:
+    """The site's tolerations, on every pod: GPU pods need them, and the CPU-only ones (frontend,
+    master, router) may then also run where only GPU nodes have the image's architecture."""
+    return [V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+            for t in plan.site.tolerations] or None
 
 
 def env_vars(env: dict[str, str]) -> list[V1EnvVar]:
@@ -139,24 +164,64 @@ def field_env(name: str, field_path: str) -> V1EnvVar:
         field_ref=V1ObjectFieldSelector(field_path=field_path)))
 
 
-def secret_env(plan: Plan) -> list[V1EnvFromSource] | None:
-    """The model token by reference: the Secret's keys (HF_TOKEN) become the container's env."""
-    if not plan.serving.hf_token_secret:
-        return None
-    return [V1EnvFromSource(secret_ref=V1SecretEnvSource(name=plan.serving.hf_token_secret))]
+def secret_env(plan: Plan) -> list[V1EnvVar]:
+    """HF_TOKEN from the user's Secret, when the checkpoint is gated; public ones need none."""
+    if not plan.site.hf_token_secret:
+        return []
+    return [V1EnvVar(name="HF_TOKEN", value_from=V1EnvVarSource(
+        secret_key_ref=V1SecretKeySelector(name=plan.site.hf_token_secret, key="HF_TOKEN")))]
 
 
 def mooncake_client_map(plan: Plan) -> str:
     return dns_label(plan.serving.name, "mooncake-client")
 
 
-def engine_container(plan: Plan, component: Component, command: list[str], args: list[str],
-                     env: list[V1EnvVar], extra_mounts: list[V1VolumeMount] | None = None
-                     ) -> V1Container:
+def component_resources(plan: Plan, component: Component) -> Resources:
+    """One template serves every replica: the largest pod of its instances."""
+    sizes = [plan.pod_size(i.id).resources for i in component.instances]
+    return Resources(cpu=max(r.cpu for r in sizes), memory_gib=max(r.memory_gib for r in sizes),
+                     shm_gib=max(r.shm_gib for r in sizes),
+                     rdma_devices=max(r.rdma_devices for r in sizes),
+                     registers_memory=any(r.registers_memory for r in sizes))
+
+
+def _gib(value: float) -> str:
+    return f"{math.ceil(value)}Gi"
+
+
+def requirements(plan: Plan, size: Resources, gpus: int = 0,
+                 claims: list[CoreV1ResourceClaim] | None = None) -> V1ResourceRequirements:
+    """CPU and memory requested, memory capped at the request (the pinned pages are the pod's);
+    GPUs and RDMA devices as extended resources (requests = limits)."""
+    requests = {"cpu": str(size.cpu), "memory": _gib(size.memory_gib)}
+    limits = {"memory": _gib(size.memory_gib)}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    if size.rdma_devices:
+        requests[plan.site.rdma.resource] = limits[plan.site.rdma.resource] = \
+            str(size.rdma_devices)
+    return V1ResourceRequirements(requests=requests, limits=limits, claims=claims)
+
+
+def security_context(size: Resources) -> V1SecurityContext | None:
+    """IPC_LOCK for pods that register memory with the RDMA NIC (NIXL's KV buffers, the
+    Mooncake segments): it lifts RLIMIT_MEMLOCK for mlock and ibv_reg_mr."""
+    if not size.registers_memory:
+        return None
+    return V1SecurityContext(capabilities=V1Capabilities(add=["IPC_LOCK"]))
+
+
+def engine_container(plan: Plan, component: Component, image: str, command: list[str],
+                     args: list[str], env: list[V1EnvVar],
+                     extra_mounts: list[V1VolumeMount] | None = None) -> V1Container:
     """The `main` container of an engine pod. With a pool it reads its node's Mooncake client
     file: NODE_NAME comes first, so that Kubernetes can expand it in MOONCAKE_CONFIG_PATH."""
-    claims = [CoreV1ResourceClaim(name=CHANNEL_CLAIM)] if component.domain else None
-    mounts = list(extra_mounts or [])
+    size = component_resources(plan, component)
+    channel = claims_channel(plan, component.instances[0], component.nodes_per_instance)
+    claims = [CoreV1ResourceClaim(name=CHANNEL_CLAIM)] if channel else None
+    mounts = [V1VolumeMount(name=MODEL_CACHE_VOLUME, mount_path=plan.site.model_cache.mount_path),
+              *(extra_mounts or [])]
+    env = [*env_vars(cache_env(plan)), *secret_env(plan), *env]
     if _mooncake.pool_enabled(plan):
         mounts.append(V1VolumeMount(name=MOONCAKE_VOLUME, mount_path=_mooncake.CONFIG_DIR,
                                     read_only=True))
@@ -165,30 +230,41 @@ def engine_container(plan: Plan, component: Component, command: list[str], args:
                         value=_mooncake.client_config_path("$(NODE_NAME)")),
                *env]
     return V1Container(
-        name="main", image=plan.serving.image, command=command, args=args, env=env,
-        env_from=secret_env(plan), volume_mounts=mounts or None,
-        resources=V1ResourceRequirements(limits={"nvidia.com/gpu": str(component.gpus_per_node)},
-                                         claims=claims))
+        name="main", image=image, command=command, args=args, env=env, volume_mounts=mounts,
+        resources=requirements(plan, size, component.gpus_per_node, claims),
+        security_context=security_context(size))
+
+
+def model_cache_volume(plan: Plan) -> V1Volume:
+    cache = plan.site.model_cache
+    if cache.kind == "pvc":
+        return V1Volume(name=MODEL_CACHE_VOLUME, persistent_volume_claim=(
+            V1PersistentVolumeClaimVolumeSource(claim_name=cache.source)))
+    return V1Volume(name=MODEL_CACHE_VOLUME, host_path=V1HostPathVolumeSource(
+        path=cache.source, type="DirectoryOrCreate"))
 
 
 def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
                     extra_volumes: list[V1Volume] | None = None) -> V1PodSpec:
-    claims, volumes = None, list(extra_volumes or [])
-    if component.domain:
+    claims, volumes = None, [model_cache_volume(plan), *(extra_volumes or [])]
+    if claims_channel(plan, component.instances[0], component.nodes_per_instance):
         claims = [V1PodResourceClaim(
             name=CHANNEL_CLAIM,
             resource_claim_template_name=channel_template_name(plan, component.domain))]
     if _mooncake.pool_enabled(plan):
         volumes.append(V1Volume(name=MOONCAKE_VOLUME, config_map=V1ConfigMapVolumeSource(
             name=mooncake_client_map(plan))))
-    return V1PodSpec(containers=[container], affinity=node_affinity(component.node_names),
+    return V1PodSpec(containers=[container], affinity=node_affinity(plan, component.node_names),
                      node_selector=node_selector(plan, component), resource_claims=claims,
-                     volumes=volumes or None)
+                     tolerations=tolerations(plan),
+                     priority_class_name=plan.site.priority_class, volumes=volumes)
 
 
-def shared_memory_volume() -> tuple[V1Volume, V1VolumeMount]:
-    """/dev/shm for the engine's processes (Dynamo's operator adds it to its pods itself)."""
-    return (V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory")),
+def shared_memory_volume(shm_gib: float) -> tuple[V1Volume, V1VolumeMount]:
+    """/dev/shm for the engine's processes, sized to hold the node's shared Engram tables
+    (Dynamo's operator makes its own from the component's sharedMemorySize)."""
+    return (V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(
+                medium="Memory", size_limit=_gib(shm_gib))),
             V1VolumeMount(name="dshm", mount_path="/dev/shm"))
 
 
@@ -201,8 +277,9 @@ def pod_template(spec: V1PodSpec, labels_: dict[str, str] | None = None,
 # --- Mooncake master ------------------------------------------------------------------------
 
 def mooncake_objects(plan: Plan) -> list[dict]:
-    """The master's ConfigMap, Service and Deployment. The master runs from the serving image:
-    the MooncakeStoreConnector needs mooncake-transfer-engine there, which ships mooncake_master."""
+    """The master's ConfigMap, Service and Deployment. The master runs from the vLLM image: the
+    MooncakeStoreConnector needs mooncake-transfer-engine there, which ships mooncake_master.
+    It registers no memory with a NIC (the clients' segments live in the engine pods)."""
     name = _mooncake.master_name(plan)
     selector = labels(plan, "mooncake-master")
     ports = [("rpc", _mooncake.RPC_PORT), ("metrics", _mooncake.METRICS_PORT)]
@@ -212,15 +289,20 @@ def mooncake_objects(plan: Plan) -> list[dict]:
                         metadata=metadata(plan, name, "mooncake-master"),
                         spec=V1ServiceSpec(selector=selector, ports=[
                             V1ServicePort(name=n, port=p, target_port=n) for n, p in ports]))
+    rpc = V1TCPSocketAction(port="rpc")
     container = V1Container(
-        name="master", image=plan.serving.image, command=["mooncake_master"],
+        name="master", image=plan.site.images.vllm, command=["mooncake_master"],
         args=[f"--config_path={_mooncake.CONFIG_DIR}/{_mooncake.MASTER_CONFIG_FILE}"],
         ports=[V1ContainerPort(name=n, container_port=p) for n, p in ports],
-        readiness_probe=V1Probe(tcp_socket=V1TCPSocketAction(port="rpc")),
+        resources=requirements(plan, plan.site.mooncake_master),
+        readiness_probe=V1Probe(tcp_socket=rpc, period_seconds=10),
+        liveness_probe=V1Probe(tcp_socket=rpc, initial_delay_seconds=30, period_seconds=20),
         volume_mounts=[V1VolumeMount(name="config", mount_path=_mooncake.CONFIG_DIR,
                                      read_only=True)])
     pod = V1PodSpec(containers=[container],
                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
+                    priority_class_name=plan.site.priority_class,
+                    tolerations=tolerations(plan),
                     volumes=[V1Volume(name="config",
                                       config_map=V1ConfigMapVolumeSource(name=name))])
     deployment = V1Deployment(

@@ -15,7 +15,6 @@ RPC_PORT = 50051  # mooncake_master defaults (Mooncake deployment guide)
 METRICS_PORT = 9003
 CONFIG_DIR = "/etc/mooncake"
 MASTER_CONFIG_FILE = "master.yaml"
-GIB = 1024**3
 
 
 def pool_enabled(plan: Plan) -> bool:
@@ -39,41 +38,36 @@ def client_config_path(node_name: str) -> str:
     return f"{CONFIG_DIR}/{client_config_file(node_name)}"
 
 
-def _ranks_per_tray(plan: Plan) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for instance in plan.instances:
-        for g in instance.gpus:
-            tray = plan.tray_of_gpu(g).id
-            counts[tray] = counts.get(tray, 0) + 1
-    return counts
-
-
 def segment_bytes_per_rank(plan: Plan) -> dict[str, int]:
-    """Tray id -> the DRAM bytes each rank on it registers."""
-    dram = {s.location: s.gib for s in plan.kv_pool.segments if s.kind == "dram"}
-    ranks = _ranks_per_tray(plan)
-    idle = sorted(set(dram) - set(ranks))
+    """Tray id -> the DRAM bytes each rank on it registers (the plan's `site`), once every
+    engine tray has a DRAM segment and every segment an engine to register it."""
+    dram = {s.location for s in plan.kv_pool.segments if s.kind == "dram"}
+    engines = {t for i in plan.instances for t in i.trays}
+    idle = sorted(dram - engines)
     if idle:
         raise TargetError(f"kv_pool.segments: DRAM segments on trays {idle} where no engine runs; "
                           "an embedded Mooncake store has no process there to register them")
-    missing = sorted(set(ranks) - set(dram))
+    missing = sorted(engines - dram)
     if missing:
         raise TargetError(f"kv_pool.segments: trays {missing} run engines but have no DRAM "
                           "segment; every rank of the store contributes one")
-    return {tray: int(dram[tray] * GIB) // n for tray, n in sorted(ranks.items())}
+    return plan.site.mooncake_segment_bytes
 
 
 def client_configs(plan: Plan) -> dict[str, dict]:
     """Node name -> the `MOONCAKE_CONFIG_PATH` file of vLLM's MooncakeStoreConnector there
-    (KUBERNETES.md 6.2)."""
+    (KUBERNETES.md 6.2): RDMA over the site's HCAs ("" lets Mooncake discover them,
+    mooncake-store/src/real_client.cpp), or TCP where the site chose it."""
+    rdma = plan.site.rdma
     return {
         plan.tray(tray).node_name: {
             "mode": "embedded",
             "metadata_server": "P2PHANDSHAKE",
             "master_server_address": master_address(plan),
             "global_segment_size": size,
-            "protocol": "rdma" if plan.hardware_of(tray).rdma_devices_per_tray else "tcp",
-            "device_name": "",
+            "local_buffer_size": plan.site.mooncake_local_buffer_bytes,
+            "protocol": rdma.transport,
+            "device_name": ",".join(rdma.hca_names) if rdma.transport == "rdma" else "",
         }
         for tray, size in segment_bytes_per_rank(plan).items()
     }

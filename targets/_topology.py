@@ -69,3 +69,14 @@ def nvlink_domain(plan: Plan, instance: Instance) -> str:
         raise TargetError(f"instances[{instance.id}]: an instance stays in one NVLink domain, "
                           f"got {domains}")
     return domains[0]
+
+
+def claims_channel(plan: Plan, instance: Instance, nodes_per_instance: int) -> bool:
+    """Pods claim their ComputeDomain's IMEX channel only when their instance spans trays.
+
+    The DRA driver prepares channel 0 of a node for one ResourceClaim only
+    (compute-domain-kubelet-plugin device_state.go, assertImexChannelNotAllocated), and a
+    channel claim's config names the ComputeDomain by UID, so no shared claim can be written
+    ahead; two pods on a tray each claiming from the template leave one Pending. A single-tray
+    instance needs no channel: its collectives stay inside the node, its KV leaves over RDMA."""
+    return multi_node_nvlink(plan, instance) and nodes_per_instance > 1

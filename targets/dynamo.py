@@ -7,7 +7,7 @@ injects the per-node flags itself (DP address, local size and start rank, or --n
 for tensor parallelism across nodes), so the engine arguments here name only the sizes.
 """
 
-from kubernetes.client import V1Container, V1PodSpec
+from kubernetes.client import V1Container, V1PodSpec, V1VolumeMount
 
 from compiler.plan import Plan
 from targets import _kube
@@ -22,6 +22,7 @@ FRONTEND_PORT = 8000
 KV_EVENTS_ENDPOINT = "tcp://*:20080"
 COMPONENT_TYPE = {"prefill": "prefill", "decode": "decode", "aggregated": "worker"}
 DISAGGREGATION_MODE = {"prefill": "prefill", "decode": "decode", "aggregated": "agg"}
+DYNAMO_OVERLAP_SCORE_CREDIT = 1.0  # --router-kv-overlap-score-credit default (kv_router_args.py)
 
 
 def frontend_args(plan: Plan) -> list[str]:
@@ -31,8 +32,11 @@ def frontend_args(plan: Plan) -> list[str]:
         if routing.block_size != plan.serving.block_size:
             raise TargetError(f"routing.block_size {routing.block_size} differs from the engines' "
                               f"serving.block_size {plan.serving.block_size}")
-        args += ["--router-kv-overlap-score-credit", f"{routing.overlap_score_credit:g}",
-                 "--kv-cache-block-size", str(routing.block_size)]
+        args += ["--kv-cache-block-size", str(routing.block_size)]
+        if routing.overlap_score_credit != DYNAMO_OVERLAP_SCORE_CREDIT:
+            # Deprecated in Dynamo 1.6 (to be removed in 1.7), still read there; the default
+            # needs no flag.
+            args += ["--router-kv-overlap-score-credit", f"{routing.overlap_score_credit:g}"]
     return args
 
 
@@ -42,26 +46,62 @@ def worker_args(plan: Plan, component: Component) -> list[str]:
     if plan.routing.policy == "kv":
         args += ["--kv-events-config", compact_json(
             {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": KV_EVENTS_ENDPOINT})]
+    if plan.parsers.dynamo_tool_call:
+        args += ["--dyn-tool-call-parser", plan.parsers.dynamo_tool_call]
+    if plan.parsers.dynamo_reasoning:
+        args += ["--dyn-reasoning-parser", plan.parsers.dynamo_reasoning]
     return args
 
 
+def runtime_version(plan: Plan) -> dict[str, str]:
+    """`runtimeVersionOverride` where the image tag is not the Dynamo version (DGD admission
+    reads the tag as one, CRD nvidia.com_dynamographdeployments)."""
+    override = plan.site.images.runtime_version_override
+    return {"runtimeVersionOverride": override} if override else {}
+
+
+def worker_env(plan: Plan, component: Component) -> list:
+    """The engines' environment. A single-node worker also gets its pod IP as NIXL's side
+    channel host: the operator injects it for multinode workers only (backend_vllm.go), and
+    dynamo.vllm's own fallback looks for a NixlConnector at the top level or under a
+    PdConnector, not under the MultiConnector the pool adds (dynamo/vllm/args.py)."""
+    env = _kube.env_vars(engine_env(plan, component))
+    if component.nodes_per_instance == 1 and component.role != "aggregated":
+        env.append(_kube.field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"))
+    return env
+
+
 def frontend_component(plan: Plan) -> dict:
+    """The HTTP frontend and KV router; its probes are the operator's (/live, /health on the
+    http port, component_frontend.go). It reads the tokenizer from the model cache."""
     container = V1Container(
-        name="main", image=plan.serving.image, command=["python3", "-m", "dynamo.frontend"],
-        args=frontend_args(plan), env_from=_kube.secret_env(plan))
+        name="main", image=plan.site.images.dynamo, command=["python3", "-m", "dynamo.frontend"],
+        args=frontend_args(plan),
+        env=[*_kube.env_vars({"HF_HOME": plan.site.model_cache.hf_home}),
+             *_kube.secret_env(plan)],
+        resources=_kube.requirements(plan, plan.site.frontend),
+        volume_mounts=[V1VolumeMount(name=_kube.MODEL_CACHE_VOLUME,
+                                     mount_path=plan.site.model_cache.mount_path)])
     spec = V1PodSpec(containers=[container],
-                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch})
-    return {"name": "frontend", "type": "frontend", "replicas": 1,
+                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
+                     priority_class_name=plan.site.priority_class,
+                     tolerations=_kube.tolerations(plan),
+                     volumes=[_kube.model_cache_volume(plan)])
+    return {"name": "frontend", "type": "frontend", "replicas": 1, **runtime_version(plan),
             "podTemplate": _kube.pod_template(spec)}
 
 
 def worker_component(plan: Plan, component: Component) -> dict:
-    container = _kube.engine_container(plan, component, ["python3", "-m", "dynamo.vllm"],
-                                       worker_args(plan, component),
-                                       _kube.env_vars(engine_env(plan, component)))
+    """Probes are the operator's (startup up to 2 h, component_worker.go); /dev/shm is its
+    emptyDir of `sharedMemorySize`, sized for the node's shared Engram tables."""
+    container = _kube.engine_container(plan, component, plan.site.images.dynamo,
+                                       ["python3", "-m", "dynamo.vllm"],
+                                       worker_args(plan, component), worker_env(plan, component))
     spec = _kube.engine_pod_spec(plan, component, container)
+    shm = _kube.component_resources(plan, component).shm_gib
     out = {"name": component.name, "type": COMPONENT_TYPE[component.role],
-           "replicas": len(component.instances)}
+           "replicas": len(component.instances), **runtime_version(plan),
+           "sharedMemorySize": f"{shm:g}Gi"}
     if component.nodes_per_instance > 1:
         out["multinode"] = {"nodeCount": component.nodes_per_instance}
         out["podTemplate"] = _kube.pod_template(

@@ -1,24 +1,58 @@
 """lws: for clusters without Dynamo, each component as a LeaderWorkerSet of plain `vllm serve`
 engines (one group per instance, one pod per tray), in a kustomize bundle `lws/` with the same
-Namespace, Mooncake and ComputeDomain objects as the k8s target.
+Namespace, Mooncake and ComputeDomain objects as the k8s target, a Service per component in
+front of its leaders, and for a P/D plan a vllm-router (when the site names its image) that
+sends each request to a prefill engine and then a decode engine.
 
 LWS tells each pod its leader and index (`LWS_LEADER_ADDRESS`, `LWS_WORKER_INDEX`). The leader's
 arguments use Kubernetes' `$(VAR)` expansion; a worker of a data-parallel instance needs its start
-rank, `index x GPUs per node`, so its command is a shell that does the arithmetic. A P/D pair of
-components still needs a P/D-aware router in front (for example llm-d's); it is not emitted here.
+rank, `index x GPUs per node`, so its command is a shell that does the arithmetic. The leaders
+serve the OpenAI API on API_PORT and carry startup/readiness/liveness probes on vLLM's /health;
+headless workers run no HTTP server, so they have none (as Dynamo's operator does).
 """
+
+import math
+
+from kubernetes.client import (
+    RbacV1Subject,
+    V1Container,
+    V1ContainerPort,
+    V1Deployment,
+    V1DeploymentSpec,
+    V1HTTPGetAction,
+    V1LabelSelector,
+    V1ObjectMeta,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1PolicyRule,
+    V1Probe,
+    V1Role,
+    V1RoleBinding,
+    V1RoleRef,
+    V1Service,
+    V1ServiceAccount,
+    V1ServicePort,
+    V1ServiceSpec,
+)
 
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
 from targets._components import Component, components
-from targets._engine import engine_args, engine_env, multinode_flags
+from targets._engine import engine_args, engine_env, multinode_flags, parser_flags
 from targets._names import dns_label
 from targets._shell import exec_command
 
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # Kubernetes expansion in the leader's args
 WORKER_LEADER_ADDRESS = "${LWS_LEADER_ADDRESS}"  # shell expansion in a worker's script
 WORKER_INDEX = "${LWS_WORKER_INDEX}"
+API_PORT = 8000  # `vllm serve` default
+ROUTER_PORT = 8000
+PROBE_PERIOD_S = 10
+# LWS labels every pod with its group and index; index 0 is the leader (LWS docs).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+API_ROLE_LABEL = "rackc.dev/serves"  # on pods that serve the API: their role
 
 
 def _engine_command(plan: Plan) -> list[str]:
@@ -26,7 +60,7 @@ def _engine_command(plan: Plan) -> list[str]:
 
 
 def leader_args(plan: Plan, component: Component) -> list[str]:
-    return [*engine_args(plan, component),
+    return [*engine_args(plan, component), "--port", str(API_PORT), *parser_flags(plan),
             *multinode_flags(component, node_rank="0", start_rank="0", leader=LEADER_ADDRESS,
                              leader_node=True)]
 
@@ -37,39 +71,120 @@ def worker_script(plan: Plan, component: Component) -> str:
     expressions = {WORKER_LEADER_ADDRESS, WORKER_INDEX, start_rank}
     flags = multinode_flags(component, node_rank=WORKER_INDEX, start_rank=start_rank,
                             leader=WORKER_LEADER_ADDRESS, leader_node=False)
-    return exec_command(_engine_command(plan), [*engine_args(plan, component), *flags],
-                        expressions)
+    return exec_command(_engine_command(plan),
+                        [*engine_args(plan, component), *parser_flags(plan), *flags], expressions)
 
 
-def _pod(plan: Plan, component: Component, command: list[str], args: list[str]) -> dict:
-    shm_volume, shm_mount = _kube.shared_memory_volume()
+def _probes(plan: Plan) -> dict[str, V1Probe]:
+    """vLLM's /health answers once the engine is up: the startup probe waits as long as the
+    engine itself may take to become ready (VLLM_ENGINE_READY_TIMEOUT_S, a cold start)."""
+    health = V1HTTPGetAction(path="/health", port="http")
+    startup = math.ceil(plan.site.model_cache.engine_ready_timeout_s / PROBE_PERIOD_S) + 6
+    return {"startup_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S,
+                                     failure_threshold=startup),
+            "readiness_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S),
+            "liveness_probe": V1Probe(http_get=health, period_seconds=30, failure_threshold=3)}
+
+
+def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
+         leader: bool) -> dict:
+    shm = _kube.component_resources(plan, component).shm_gib
+    shm_volume, shm_mount = _kube.shared_memory_volume(shm)
     env = [*_kube.env_vars(engine_env(plan, component)),
            _kube.field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP")]
-    container = _kube.engine_container(plan, component, command, args, env, [shm_mount])
+    container = _kube.engine_container(plan, component, plan.site.images.vllm, command, args,
+                                       env, [shm_mount])
+    if leader:
+        container.ports = [V1ContainerPort(name="http", container_port=API_PORT)]
+        for name, probe in _probes(plan).items():
+            setattr(container, name, probe)
     spec = _kube.engine_pod_spec(plan, component, container, [shm_volume])
-    return _kube.pod_template(spec, labels_=_kube.labels(plan, component.name))
+    labels = _kube.labels(plan, component.name)
+    if leader:
+        labels[API_ROLE_LABEL] = component.role
+    return _kube.pod_template(spec, labels_=labels)
+
+
+def lws_name(plan: Plan, component: Component) -> str:
+    return dns_label(plan.serving.name, component.name)
 
 
 def leader_worker_set(plan: Plan, component: Component) -> dict:
     size = component.nodes_per_instance
-    leader = _pod(plan, component, _engine_command(plan), leader_args(plan, component))
+    leader = _pod(plan, component, _engine_command(plan), leader_args(plan, component), True)
     template: dict = {"size": size}
     if size == 1:
         template["workerTemplate"] = leader
     else:
         template["leaderTemplate"] = leader
         template["workerTemplate"] = _pod(plan, component, ["/bin/sh", "-c"],
-                                          [worker_script(plan, component)])
-    name = dns_label(plan.serving.name, component.name)
+                                          [worker_script(plan, component)], False)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": _kube.to_dict(_kube.metadata(plan, name, component.name)),
+        "metadata": _kube.to_dict(_kube.metadata(plan, lws_name(plan, component),
+                                                 component.name)),
         "spec": {"replicas": len(component.instances), "leaderWorkerTemplate": template},
     }
 
 
+def leader_service(plan: Plan, component: Component) -> dict:
+    """The OpenAI API of a component's leaders (every instance's rank 0)."""
+    name = lws_name(plan, component)
+    return _kube.to_dict(V1Service(
+        api_version="v1", kind="Service", metadata=_kube.metadata(plan, name, component.name),
+        spec=V1ServiceSpec(selector={LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"},
+                           ports=[V1ServicePort(name="http", port=API_PORT,
+                                                target_port="http")])))
+
+
+def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
+    """vllm-router in P/D mode with Kubernetes discovery of the prefill and decode leaders
+    (vllm-project/router docs/environment/kubernetes.md), its ServiceAccount, the Role that
+    lets it watch pods, and its Service. Only with `site.images.router`."""
+    prefill = [c for c in comps if c.role == "prefill"]
+    decode = [c for c in comps if c.role == "decode"]
+    image = plan.site.images.router
+    if not (image and prefill and decode):
+        return []
+    name = dns_label(plan.serving.name, "router")
+    ns = plan.serving.namespace
+    selector = _kube.labels(plan, "router")
+    args = ["--vllm-pd-disaggregation", "--service-discovery",
+            "--service-discovery-namespace", ns, "--service-discovery-port", str(API_PORT)]
+    for flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
+        args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}"]
+    args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    container = V1Container(
+        name="router", image=image, command=["vllm-router"], args=args,
+        ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
+        resources=_kube.requirements(plan, plan.site.frontend))
+    pod = V1PodSpec(service_account_name=name, containers=[container],
+                    priority_class_name=plan.site.priority_class,
+                    tolerations=_kube.tolerations(plan),
+                    node_selector={"kubernetes.io/arch": plan.fleet[0].arch})
+    meta = _kube.metadata(plan, name, "router")
+    return [_kube.to_dict(x) for x in (
+        V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),
+        V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role", metadata=meta,
+               rules=[V1PolicyRule(api_groups=[""], resources=["pods"],
+                                   verbs=["get", "list", "watch"])]),
+        V1RoleBinding(api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+                      metadata=meta, role_ref=V1RoleRef(api_group="rbac.authorization.k8s.io",
+                                                        kind="Role", name=name),
+                      subjects=[RbacV1Subject(kind="ServiceAccount", name=name, namespace=ns)]),
+        V1Deployment(api_version="apps/v1", kind="Deployment", metadata=meta,
+                     spec=V1DeploymentSpec(
+                         replicas=1, selector=V1LabelSelector(match_labels=selector),
+                         template=V1PodTemplateSpec(metadata=V1ObjectMeta(labels=selector),
+                                                    spec=pod))),
+        V1Service(api_version="v1", kind="Service", metadata=meta,
+                  spec=V1ServiceSpec(selector=selector, ports=[
+                      V1ServicePort(name="http", port=ROUTER_PORT, target_port="http")])))]
+
+
 def emit(plan: Plan) -> dict[str, str]:
     comps = components(plan)
-    return bundle(plan, "lws", comps,
-                  ("leaderworkersets.yaml", [leader_worker_set(plan, c) for c in comps]))
+    workloads = [leader_worker_set(plan, c) for c in comps]
+    services = [leader_service(plan, c) for c in comps] + router_objects(plan, comps)
+    return bundle(plan, "lws", comps, ("leaderworkersets.yaml", workloads + services))

@@ -10,26 +10,40 @@ import shlex
 
 from compiler.plan import Plan
 from targets._components import Component, components
-from targets._engine import engine_args, engine_env, multinode_flags
+from targets._engine import engine_args, engine_env, multinode_flags, parser_flags
 from targets._mooncake import client_config_path, pool_enabled
 from targets._shell import exec_command
+from targets._site import cache_env
 from targets._topology import RankGroup, rank_groups
 
 ENGINE = ("vllm", "serve")
+API_PORT = 8000  # `vllm serve` default
+NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT default (vllm/envs.py)
+
+
+def slot(group: RankGroup) -> int:
+    """The instance's place on its host: the CUDA index of its first GPU there. Instances that
+    share a host (two DEP2 on a tray) bind ports offset by it, so none binds another's."""
+    return group.device_indices[0]
 
 
 def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: RankGroup
                  ) -> list[str]:
-    return [*engine_args(plan, component),
+    api = ["--port", str(API_PORT + slot(group))] if group.is_leader else []
+    return [*engine_args(plan, component), *api, *parser_flags(plan),
             *multinode_flags(component, node_rank=str(group.index),
                              start_rank=str(group.first_rank), leader=leader.node_name,
-                             leader_node=group.is_leader)]
+                             leader_node=group.is_leader, port_offset=slot(leader))]
 
 
 def launch_env(plan: Plan, component: Component, group: RankGroup) -> dict[str, str]:
+    """NIXL listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the rank's DP index
+    (nixl/base_scheduler.py): the base makes each rank's port its GPU's index above 5600."""
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.device_indices)),
            # NIXL's handshake address: what decode engines dial to pull this node's KV.
            "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
+           "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_PORT + slot(group) - group.first_rank),
+           **cache_env(plan),
            **engine_env(plan, component)}
     if pool_enabled(plan):
         env["MOONCAKE_CONFIG_PATH"] = client_config_path(group.node_name)
@@ -45,11 +59,16 @@ def script(plan: Plan, component: Component, instance_id: str, groups: tuple[Ran
         f"# rackc: {instance_id} ({component.instances[0].shape}, {component.role}), node "
         f"{group.index + 1} of {len(groups)} ({role}): {ranks} on tray {group.tray}, "
         f"node {group.node_name}",
-        "# HF_TOKEN: from the environment" + (f" (secret {plan.serving.hf_token_secret})"
-                                              if plan.serving.hf_token_secret else ""),
+        f"# the model cache {plan.site.model_cache.source} is mounted at "
+        f"{plan.site.model_cache.mount_path}"
+        + ("; HF_TOKEN: from the environment (secret "
+           f"{plan.site.hf_token_secret})" if plan.site.hf_token_secret else ""),
     ]
     env = [f"export {k}={shlex.quote(v)}"
            for k, v in launch_env(plan, component, group).items()]
+    if plan.site.rdma.transport == "rdma":
+        # RDMA registration pins the KV buffers and pool segments (in pods: IPC_LOCK)
+        env.insert(0, 'ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2')
     command = exec_command([*ENGINE, plan.model.hf_id],
                            launch_flags(plan, component, groups[0], group))
     return "\n".join([*head, *env, command]) + "\n"

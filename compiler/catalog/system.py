@@ -14,11 +14,6 @@ class Sourced(_Strict):
     source: str = Field(min_length=3, description="Where the number is from, or 'assumed: why'")
 
 
-class SourcedText(_Strict):
-    value: str
-    source: str = Field(min_length=3)
-
-
 class SourcedShapes(_Strict):
     value: list[str]
     source: str = Field(min_length=3)
@@ -42,7 +37,6 @@ class Tflops(_Strict):
 class Gpu(_Strict):
     name: str
     family: Literal["hopper", "blackwell", "rubin"]
-    product_label: SourcedText
     hbm_gib: Sourced
     memory_domains: Sourced
     sm_count: Sourced

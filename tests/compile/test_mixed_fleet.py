@@ -112,12 +112,13 @@ def test_each_group_keeps_its_system_settings(vr_and_hgx):
         selector = c["podTemplate"]["spec"]["nodeSelector"]
         names = {t["values"][0] for term in c["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-            for t in term["matchExpressions"]}
+            for t in term["matchFields"]}
         group = vr if any(n.startswith("vr-a-") for n in names) else hgx
-        assert selector["kubernetes.io/arch"] == group.hardware.arch
-        assert selector["nvidia.com/gpu.product"] == group.hardware.gpu_product
-        # ComputeDomain channels on the NVL72 rack only
-        assert bool(c["podTemplate"]["spec"].get("resourceClaims")) == (group is vr)
+        assert selector == {"kubernetes.io/arch": group.hardware.arch,
+                            **group.hardware.node_labels}
+        # ComputeDomain channels on the NVL72 rack only, for instances that span trays
+        claims = bool(c["podTemplate"]["spec"].get("resourceClaims"))
+        assert claims == (group is vr and "multinode" in c)
 
 
 def test_recompile_of_a_mixed_fleet_is_refused_with_a_diagnostic(tmp_path):

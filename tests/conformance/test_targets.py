@@ -76,13 +76,23 @@ def test_vllm_lines_parse_with_vllm_033(case):
     assert_all_ok(harness.check_vllm_lines(lines))
 
 
+def without_reasoning_parser(argv: list[str]) -> list[str]:
+    """The engine config loads the tokenizer for a reasoning parser; the config-only model folder
+    has none (the parser's name is checked by parsing and against the registries below)."""
+    if "--reasoning-parser" not in argv:
+        return argv
+    at = argv.index("--reasoning-parser")
+    return argv[:at] + argv[at + 2:]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_vllm_engine_config_builds(case):
     """One line per component (its leader), through vLLM's engine config for the model."""
     leaders = {}
     for script in emitted.scripts(files(case)):
         if "--headless" not in script.argv:
-            leaders.setdefault(tuple(script.argv), script.argv)
+            argv = without_reasoning_parser(script.argv)
+            leaders.setdefault(tuple(argv), argv)
     config = hf_config(ALL_CASES[case]().model.name)
     results = [harness.check_vllm_engine_config(argv, config) for argv in leaders.values()]
     assert_all_ok(results)
@@ -153,3 +163,66 @@ def test_eplb_flags_parse_with_vllm_033(tmp_path):
     lines = [s.argv for s in emitted.scripts(out)]
     assert any("--enable-eplb" in argv for argv in lines)
     assert_all_ok(harness.check_vllm_lines(lines))
+
+
+def test_weight_offload_flags_parse_with_vllm_033_and_dynamo_161(tmp_path):
+    """Offloaded weights (serving.weight_offload) reach vLLM as --cpu-offload-gb and
+    --cpu-offload-params, which its parser takes (vllm/config/offload.py UVAOffloadConfig),
+    and so do Dynamo's workers."""
+    from compiler import api
+    from tests.builders import write_case
+    path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
+                      hardware={"nodes": 1},
+                      objective={"mode": "pinned", "instances": [
+                          {"role": "decode", "shape": "DEP4", "count": 1},
+                          {"role": "prefill", "shape": "DEP4", "count": 1}]},
+                      serving={"weight_offload": {"gib_per_gpu": 80, "experts_only": True}})
+    out = api.compile(path, only=("vllm", "dynamo")).artifacts
+    lines = [s.argv for s in emitted.scripts(out)]
+    [dgd] = emitted.documents(out, "dynamo")
+    workers = [w for w in emitted.dynamo_lines(dgd).values() if w[2] == "dynamo.vllm"]
+    assert lines and workers and all(
+        "--cpu-offload-gb" in argv and "--cpu-offload-params" in argv for argv in lines + workers)
+    assert_all_ok(harness.check_vllm_lines(lines))
+    assert_all_ok(harness.check_dynamo_lines(workers))
+
+
+REGISTRY = """
+import json, re, sys
+names = {}
+if sys.argv[1] == "vllm":
+    import vllm.reasoning, vllm.tool_parsers
+    for kind, module in (("tool_call", vllm.tool_parsers), ("reasoning", vllm.reasoning)):
+        text = open(module.__file__).read()
+        names[kind] = re.findall(r'^\\s+"([A-Za-z0-9_.-]+)": \\(', text, re.M)
+else:
+    from dynamo._core import get_reasoning_parser_names, get_tool_parser_names
+    names = {"tool_call": list(get_tool_parser_names()),
+             "reasoning": list(get_reasoning_parser_names())}
+print(json.dumps(names))
+"""
+
+
+@functools.cache
+def registry(engine: str) -> dict[str, list[str]]:
+    import json
+    import subprocess
+    venv = harness.VLLM_VENV if engine == "vllm" else harness.DYNAMO_VENV
+    if not (venv / "bin" / "python").exists():
+        pytest.skip(f"{venv.name} not built (tests/conformance/make_venvs.sh)")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", REGISTRY, engine],
+                         capture_output=True, text=True, check=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "dynamo"])
+def test_catalog_parsers_exist_in_each_engines_registry(engine):
+    """Every parser name the catalog gives a model is one the pinned engine registers."""
+    from compiler import site
+
+    names = registry(engine)
+    for model in catalog.model_names():
+        parsers = site.parsers(model)
+        for kind in ("tool_call", "reasoning"):
+            name = getattr(parsers, f"{engine}_{kind}")
+            assert name is None or name in names[kind], (model, kind, name)

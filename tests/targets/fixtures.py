@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import api, catalog
+from compiler import api, catalog, site
 from compiler.memory import GpuBudget
 from compiler.plan import (
     DomainMemory,
@@ -37,10 +37,14 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
+from compiler.resolve import HostReserve
+from schemas.site import Site
 
 GIB = 1024**3
 RESERVED_GIB = 4.37  # CUDA context 3.5 + NCCL 0.37 + NIXL 0.5 (catalog/engines/vllm.yaml)
-HOST_PROCESS_GIB = 28.0  # per rank: the engine process 24 + the Mooncake client buffer 4
+HOST_ENGINE_GIB = 24.0  # per rank: the engine process (compiler.resolve)
+MOONCAKE_BUFFER_GIB = 4.0  # per rank: the Mooncake client buffer
+HOST_PROCESS_GIB = HOST_ENGINE_GIB + MOONCAKE_BUFFER_GIB
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,11 @@ def host(instances: list[Instance], model: ModelInfo, pool_gib: float, capacity:
     return out
 
 
+def host_reserve(capacity: float) -> HostReserve:
+    return HostReserve(os_gib=0.05 * capacity, process_gib_per_rank=HOST_ENGINE_GIB,
+                       mooncake_buffer_gib_per_rank=MOONCAKE_BUFFER_GIB)
+
+
 def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
          placed: list[tuple[Instance, DomainMemory]], dram_gib: float,
          tray_dram_gib: float) -> Plan:
@@ -165,19 +174,23 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
     shards = [s for i in instances if i.engram == "hbm"
               for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})
+    pool = kv_pool(used_trays, dram_gib)
     return Plan(
         inputs_digest="sha256:fixture-" + serving.name,
         hardware=hardware, model=model, serving=serving, instances=instances,
         memory=dict(sorted(memory.items())),
         host_memory=host(instances, model, dram_gib, tray_dram_gib), engram_shards=shards,
-        kv_pool=kv_pool(used_trays, dram_gib),
+        kv_pool=pool,
         routing=Routing(policy="kv", overlap_score_credit=1.0, block_size=serving.block_size),
         solver=SolverInfo(status="OPTIMAL", objective=1.0, bound=1.0, seconds=0.0,
                           counts=PhaseSolve(status="OPTIMAL", objective=1.0, bound=1.0, gap=0.0,
                                             seconds=0.0),
                           placement=PhaseSolve(status="OPTIMAL", objective=0.0, bound=0.0,
                                                gap=0.0, seconds=0.0), racks=[]),
-        predicted=None, decisions=[])
+        predicted=None, decisions=[],
+        site=site.lower_site(Site(), catalog.model(model.name).spec, hardware, instances, pool,
+                             host_reserve(tray_dram_gib)),
+        parsers=site.parsers(model.name))
 
 
 # --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
@@ -200,15 +213,15 @@ def vr_hardware() -> Hardware:
     trays = [Tray(id=tray_id(t), node_name=f"vr-a-r0-t{t:02d}", nvlink_domain="nvl0",
                   gpus=gpu_ids(t, range(4)), available=True) for t in range(18)]
     return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
-                    gpu_product="NVIDIA-Rubin", arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
+                    arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
                     hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
-                    node_labels={"nvidia.com/gpu.clique": "vr-a"}, trays=trays,
+                    node_labels={}, trays=trays,
                     unavailable_gpus=[])
 
 
 def vr_serving() -> Serving:
-    return Serving(name="dsv41-flash", namespace="dsv41", image="vllm/vllm-openai:v0.33.0-cu134",
-                   vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+    return Serving(name="dsv41-flash", namespace="dsv41", vllm_version="0.33.0",
+                   kv_cache_dtype="fp8",
                    block_size=128, max_model_len=131072,
                    attention_backend="FLASHINFER_MLA_SPARSE_DSV41", attention_options={},
                    linear_backend="deep_gemm",
@@ -268,11 +281,11 @@ def hgx_h200_plan() -> Plan:
     trays = [Tray(id=tray_id(n), node_name=f"h200-node-{n}", nvlink_domain=f"nvl{n}",
                   gpus=gpu_ids(n, range(8)), available=True) for n in range(2)]
     hardware = Hardware(system="hgx-h200", form="hgx", gpu_family="hopper",
-                        gpu_product="NVIDIA-H200", arch="amd64", gpus_per_tray=8,
+                        arch="amd64", gpus_per_tray=8,
                         domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
                         node_labels={}, trays=trays, unavailable_gpus=[])
-    serving = Serving(name="dsv3-h200", namespace="dsv3", image="vllm/vllm-openai:v0.33.0",
-                      vllm_version="0.33.0", hf_token_secret="hf-token", kv_cache_dtype="fp8",
+    serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
+                      kv_cache_dtype="fp8",
                       block_size=64, max_model_len=32768, attention_backend="FLASHMLA",
                       attention_options={}, linear_backend="deep_gemm",
                       speculative=Speculative(method="mtp", draft_tokens=1, acceptance=1.8),
@@ -310,4 +323,25 @@ EXAMPLE_CASES = {p.parent.name: functools.partial(compiled_plan, p.parent.name)
                  if p.parent.name not in FLEET_EXAMPLES}
 GOLDEN_CASES = {"fixture-vr-nvl72": vr_nvl72_plan, "fixture-hgx-h200": hgx_h200_plan,
                 **EXAMPLE_CASES}
-ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan}
+def vr_nvl72_site_plan() -> Plan:
+    """`vr_nvl72_plan` on a site that sets every optional input: a custom Dynamo image, SR-IOV
+    RDMA with named HCAs, a PVC cache, a token Secret, a priority class, the lws router."""
+    plan = vr_nvl72_plan()
+    cfg = Site.model_validate({
+        "images": {"dynamo": "registry.example.com/dynamo-vllm:0.33.0-dyn1.6.1",
+                   "router": "registry.example.com/vllm-router:0.1.17"},
+        "rdma": {"resource": "nvidia.com/cx9_rdma", "hca_names": ["mlx5_0", "mlx5_1"]},
+        "model_cache": {"pvc": "models"},
+        "secrets": {"hf_token": "hf-token"},
+        "scheduling": {"priority_class": "inference",
+                       "tolerations": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                                       {"key": "dedicated", "operator": "Equal",
+                                        "value": "llm", "effect": "NoExecute"}]},
+    })
+    return plan.model_copy(update={"site": site.lower_site(
+        cfg, catalog.model(plan.model.name).spec, plan.hardware, plan.instances, plan.kv_pool,
+        host_reserve(VR_TRAY_DRAM_GIB))})
+
+
+ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,
+             "fixture-vr-nvl72-site": vr_nvl72_site_plan}

@@ -50,11 +50,18 @@ def leader_worker_sets(case: str) -> list[dict]:
 
 
 def pinned_nodes(component: dict) -> list[str]:
-    [term] = component["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+    """The node names a pod template may run on: one `metadata.name` field selector per term
+    (the API allows one value each), never the hostname label unless the site says so."""
+    terms = component["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    [rule] = term["matchExpressions"]
-    assert rule["key"] == "kubernetes.io/hostname" and rule["operator"] == "In"
-    return rule["values"]
+    names = []
+    for term in terms:
+        assert "matchExpressions" not in term
+        [rule] = term["matchFields"]
+        assert rule["key"] == "metadata.name" and rule["operator"] == "In"
+        [name] = rule["values"]
+        names.append(name)
+    return names
 
 
 def instances_of(plan: Plan, node_names: list[str], role: str) -> list:
@@ -173,16 +180,20 @@ def engine_flags(argv: list[str], drop: tuple[str, ...]) -> list[str]:
         if skip:
             skip = False
         elif token in drop:
-            skip = token not in ("--headless",)
+            skip = token not in BARE
         else:
             out.append(token)
     return out
 
 
+BARE = ("--headless", "--enable-auto-tool-choice")
+# Per node, and the API server's (vLLM's parsers; Dynamo's frontend serves the API itself)
 PER_NODE = ("--headless", "--data-parallel-size-local", "--data-parallel-start-rank",
             "--data-parallel-address", "--data-parallel-rpc-port", "--distributed-executor-backend",
-            "--nnodes", "--node-rank", "--master-addr", "--master-port")
-DYNAMO_ONLY = ("--model", "--disaggregation-mode", "--kv-events-config")
+            "--nnodes", "--node-rank", "--master-addr", "--master-port", "--port",
+            "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser")
+DYNAMO_ONLY = ("--model", "--disaggregation-mode", "--kv-events-config",
+               "--dyn-tool-call-parser", "--dyn-reasoning-parser")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -209,8 +220,9 @@ def test_pods_are_pinned_to_the_trays_of_their_instances(case):
         assert sorted(nodes) == sorted({plan.tray(t).node_name for i in instances
                                         for t in i.trays})
         selector = component["podTemplate"]["spec"]["nodeSelector"]
-        assert {selector["nvidia.com/gpu.product"]} == {plan.hardware_of(t).gpu_product
-                                                        for i in instances for t in i.trays}
+        # GPU Feature Discovery's labels are never guessed (only the user's labels pass)
+        assert not {k for k in selector if k.startswith("nvidia.com/")} - {
+            k for hw in plan.fleet for k in hw.node_labels}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -220,8 +232,10 @@ def test_claims_reference_a_compute_domain_of_the_bundle(case):
         templates = {d["spec"]["channel"]["resourceClaimTemplate"]["name"]
                      for d in emitted.of_kind(docs, "ComputeDomain")}
         claimed = {c["resourceClaimTemplateName"] for d in docs for c in _claims(d)}
-        assert claimed <= templates
-        assert bool(templates) == any(hw.form == "nvl72" for hw in plan_of(case).fleet)
+        assert claimed == templates
+        plan = plan_of(case)
+        assert bool(templates) == any(plan.hardware_of(i.trays[0]).form == "nvl72"
+                                      and len(i.trays) > 1 for i in plan.instances)
 
 
 def _claims(doc: dict) -> list[dict]:
@@ -244,12 +258,16 @@ def _claims(doc: dict) -> list[dict]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_secrets_only_by_reference(case):
+    """Public checkpoints need no Secret: none is referenced unless the site names one."""
     for folder in BUNDLES:
         docs = emitted.documents(files(case), folder)
         assert not emitted.of_kind(docs, "Secret")
         text = "".join(t for p, t in files(case).items() if p.startswith(folder + "/"))
-        assert "HF_TOKEN" not in text
-        assert f"name: {plan_of(case).serving.hf_token_secret}" in text
+        secret = plan_of(case).site.hf_token_secret
+        assert "secretRef" not in text
+        assert ("secretKeyRef" in text) == (secret is not None)
+        if secret:
+            assert f"name: {secret}" in text
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -8,6 +8,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
@@ -51,8 +52,16 @@ def set_gpus(spec: dict, n: int) -> None:
 
 # --- dra-channel-per-node -------------------------------------------------------------------
 
+def channel_template(files) -> str:
+    [domain, *_] = yaml.safe_load_all(files["k8s/compute-domains.yaml"])
+    return domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+
+
 def _channel_pods(plan, files, per_node: int, shared: bool = False) -> None:
+    """Prefill pods claiming the ComputeDomain channel from its template (the targets give
+    single-tray pods no claim: put one back)."""
     nodes = node_names(plan, 2)
+    template = channel_template(files)
 
     def change(dgd: dict) -> None:
         comp = prefill(dgd)
@@ -60,6 +69,11 @@ def _channel_pods(plan, files, per_node: int, shared: bool = False) -> None:
         spec = comp["podTemplate"]["spec"]
         pin(spec, nodes)
         set_gpus(spec, 1)
+        spec["resourceClaims"] = [{"name": "compute-domain-channel",
+                                   "resourceClaimTemplateName": template}]
+        main(spec)["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"},
+                                   "limits": {"memory": "1Gi", "nvidia.com/gpu": "1"},
+                                   "claims": [{"name": "compute-domain-channel"}]}
         [claim] = spec["resourceClaims"]
         if shared:  # one ResourceClaim for the pods: the DRA allocator puts them on one node
             claim["resourceClaimName"] = claim.pop("resourceClaimTemplateName")
@@ -96,6 +110,8 @@ def test_channel_claim_template_must_name_a_compute_domain_channel():
 # --- node-gpus, node-memory, node-rdma-devices, node-cpu ------------------------------------
 
 def _sized(plan, files, change_spec) -> None:
+    """Two bare prefill pods (1 GPU, 1 CPU, 1 GiB, no RDMA device, no capability) on two
+    nodes, then `change_spec`."""
     nodes = node_names(plan, 2)
 
     def change(dgd: dict) -> None:
@@ -104,7 +120,9 @@ def _sized(plan, files, change_spec) -> None:
         spec = comp["podTemplate"]["spec"]
         pin(spec, nodes)
         spec.pop("resourceClaims", None)
-        main(spec)["resources"].pop("claims", None)
+        main(spec)["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"},
+                                   "limits": {"memory": "1Gi"}}
+        main(spec).pop("securityContext", None)
         set_gpus(spec, 1)
         change_spec(spec)
     edit(files, DGD, "DynamoGraphDeployment", "", change)
@@ -240,7 +258,7 @@ def test_host_network_ports_are_declared_so_the_scheduler_keeps_pods_apart():
 # --- selector-matches-node ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("selector", "why"), [
-    ({"nodeSelector": {"nvidia.com/gpu.clique": "vr-a"}}, "not a value GPU Feature Discovery"),
+    ({"nodeSelector": {"nvidia.com/gpu.clique": "vr-a"}}, "<clusterUUID>.<cliqueId>"),
     ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-Rubin"}}, "GPU Feature Discovery"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [

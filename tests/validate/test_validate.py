@@ -104,6 +104,9 @@ def test_a_bundle_kustomize_cannot_build(out, capsys):
 
 def test_a_controller_level_defect_is_named_with_its_rule(out, capsys):
     """Two pods per node, each claiming the ComputeDomain channel from the template."""
+    [domain, *_] = yaml.safe_load_all((out / "k8s/compute-domains.yaml").read_text())
+    template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+
     def double(dgd: dict) -> None:
         for comp in dgd["spec"]["components"]:
             if comp["type"] == "decode":
@@ -113,12 +116,17 @@ def test_a_controller_level_defect_is_named_with_its_rule(out, capsys):
                 comp["replicas"] = 4
                 spec = comp["podTemplate"]["spec"]
                 spec.pop("nodeSelector", None)  # multinode shapes select a clique; pinned below
-                # two pods fit a tray's GPUs, so only the channel claims collide
-                spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+                # two pods fit a tray's GPUs, memory and NICs, so only the channel claims collide
+                spec["containers"][0]["resources"] = {
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "limits": {"memory": "1Gi", "nvidia.com/gpu": "2"},
+                    "claims": [{"name": "compute-domain-channel"}]}
                 spec["affinity"] = {"nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                         {"matchFields": [{"key": "metadata.name", "operator": "In",
                                           "values": ["vr-a-r0-t16", "vr-a-r0-t17"]}]}]}}}
+                spec["resourceClaims"] = [{"name": "compute-domain-channel",
+                                           "resourceClaimTemplateName": template}]
     _edit(out / "k8s/dynamo-graph.yaml", "DynamoGraphDeployment", double)
     rc = cli.main(["validate", str(out)])
     err = capsys.readouterr().err

@@ -1,0 +1,211 @@
+"""Lower `spec.site` and the placed instances to the plan's `site`: what each pod pins on its
+host, what it requests, which images, devices, cache and scheduling the cluster gives it.
+
+Host memory of an engine pod (one node of an instance), from what vLLM 0.33 allocates there:
+each rank's process, its store client's `local_buffer_size` and its `global_segment_size` share
+of the tray's pool segment, and the instance's host Engram tables: the host budget of
+compiler.host_memory, split per pod. Host Engram (`cpu_offload`) is shared by the co-located DP
+ranks of an instance through /dev/shm (`dp_shared_memory`, vllm/config/engram.py); /dev/shm must
+hold it, else vLLM falls back to one private copy per rank.
+"""
+
+import functools
+import math
+import re
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import yaml
+
+from compiler import arch
+from compiler.host_memory import engram_share_gib, ranks_on
+from compiler.plan import (
+    Decision,
+    Hardware,
+    Images,
+    Instance,
+    KvPool,
+    ModelCache,
+    Parsers,
+    PodSize,
+    Rdma,
+    Resources,
+    Site,
+    Toleration,
+)
+from compiler.resolve import HostReserve
+from schemas import site as spec
+from schemas.model import ModelSpec
+
+if TYPE_CHECKING:
+    from compiler.load import Inputs
+
+GIB = 1024**3
+# vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
+ENGINE_START_S = 600
+DEFAULT_CACHE_DIR = "/var/cache/rackc/huggingface"
+# assumed: the frontend tokenizes every request (long agentic prompts), the master keeps only
+# object metadata in memory.
+FRONTEND = Resources(cpu=8, memory_gib=16.0, shm_gib=0.0, rdma_devices=0, registers_memory=False)
+MOONCAKE_MASTER = Resources(cpu=4, memory_gib=8.0, shm_gib=0.0, rdma_devices=0,
+                            registers_memory=False)
+
+
+def _tag(image: str) -> str:
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def runtime_version_override(images: spec.Images) -> str | None:
+    """DGD admission reads the main image's tag as the Dynamo runtime version; say the real one
+    unless the tag is exactly it (`1.6.1` or `v1.6.1`)."""
+    if images.runtime_version_override:
+        return images.runtime_version_override
+    return None if re.fullmatch(rf"v?{re.escape(images.dynamo_version)}",
+                                _tag(images.dynamo)) else images.dynamo_version
+
+
+def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
+    """Tray -> the DRAM bytes each rank there registers: the tray's segment split evenly over
+    the ranks (GPUs) running on it, whatever their instances. Trays without one get 0."""
+    if not kv_pool.enabled:
+        return {}
+    dram = {s.location: s.gib for s in kv_pool.segments if s.kind == "dram"}
+    ranks: dict[str, int] = {}
+    for i in instances:
+        for t in i.trays:
+            ranks[t] = ranks.get(t, 0) + ranks_on(i, t)
+    return {t: int(dram.get(t, 0.0) * GIB) // n for t, n in sorted(ranks.items())}
+
+
+def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: float,
+         instance: Instance, pool: dict[str, int]) -> PodSize:
+    """The host budget's share of one pod (compiler.host_memory): its ranks' processes, store
+    buffers, pool segments and offloaded weights, and its host Engram, which sits in /dev/shm
+    when the ranks share it (DP > 1)."""
+    per_node = max(ranks_on(instance, t) for t in instance.trays)
+    per_rank = max((pool.get(t, 0) for t in instance.trays), default=0)
+    engram = engram_share_gib(tables_gib, instance, per_node)
+    shm = cfg.host.shm_gib + (engram if instance.dp > 1 else 0.0)
+    buffer = host.mooncake_buffer_gib_per_rank if pool else 0.0
+    memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB
+                         + instance.cpu_offload_gib) + engram
+    rdma = cfg.rdma.transport == "rdma"
+    devices = math.ceil(hardware.rdma_devices_per_tray * per_node / hardware.gpus_per_tray)
+    registers = rdma and (bool(pool) or instance.role != "aggregated")
+    return PodSize(
+        instance=instance.id, pool_bytes_per_rank=per_rank, engram_host_gib=round(engram, 3),
+        resources=Resources(cpu=per_node * cfg.host.cpu_per_gpu,
+                            memory_gib=math.ceil(max(memory, shm)), shm_gib=math.ceil(shm),
+                            rdma_devices=devices if rdma else 0, registers_memory=registers))
+
+
+def checkpoint_bytes(model: ModelSpec) -> float:
+    """What a cold start reads: the served weights and the Engram tables."""
+    return arch.weight_bytes(model) + arch.engram_bytes(model)
+
+
+def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,
+                           pods: int, pods_per_node: int) -> int:
+    """A cold start: one download of the checkpoint (per node for a host path), then every pod
+    reading it from the cache (all pods share a PVC's bandwidth, a host path's readers are the
+    node's pods), on top of vLLM's own start-up allowance; whole minutes."""
+    if cache.engine_ready_timeout_s:
+        return cache.engine_ready_timeout_s
+    gbytes = checkpoint_bytes / 1e9
+    readers = pods if cache.pvc else pods_per_node
+    seconds = (ENGINE_START_S + gbytes / cache.download_gbytes_per_s
+               + readers * gbytes / cache.read_gbytes_per_s)
+    return 60 * math.ceil(seconds / 60)
+
+
+def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
+           instances: list[Instance]) -> ModelCache:
+    pods = sum(len(i.trays) for i in instances)
+    per_node: dict[str, int] = {}
+    for i in instances:
+        for t in i.trays:
+            per_node[t] = per_node.get(t, 0) + 1
+    timeout = engine_ready_timeout_s(cache, checkpoint_bytes, pods,
+                                     max(per_node.values(), default=1))
+    kind, source = ("pvc", cache.pvc) if cache.pvc else ("host_path",
+                                                          cache.host_path or DEFAULT_CACHE_DIR)
+    return ModelCache(kind=kind, source=source, mount_path=cache.mount_path,
+                      hf_home=f"{cache.mount_path.rstrip('/')}/huggingface",
+                      engine_ready_timeout_s=timeout)
+
+
+def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
+               instances: list[Instance], kv_pool: KvPool, host: HostReserve) -> Site:
+    pool = pool_bytes_per_rank(instances, kv_pool)
+    tables = arch.engram_bytes(model) / GIB
+    pods = [_pod(cfg, hardware, host, tables, i, pool)
+            for i in sorted(instances, key=lambda i: i.id)]
+    checkpoint = checkpoint_bytes(model)
+    images = cfg.images
+    return Site(
+        images=Images(dynamo=images.dynamo, vllm=images.vllm,
+                      runtime_version_override=runtime_version_override(images),
+                      router=images.router),
+        rdma=Rdma(transport=cfg.rdma.transport, resource=cfg.rdma.resource,
+                  hca_names=list(cfg.rdma.hca_names)),
+        model_cache=_cache(cfg.model_cache, checkpoint, instances),
+        hf_token_secret=cfg.secrets.hf_token,
+        pin_by_hostname=cfg.scheduling.hostnames_equal_node_names,
+        tolerations=[Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+                     for t in cfg.scheduling.tolerations],
+        priority_class=cfg.scheduling.priority_class,
+        pods=pods, mooncake_segment_bytes=pool,
+        mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
+        frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER)
+
+
+@functools.cache
+def _parser_table() -> dict:
+    path = resources.files("compiler.catalog") / "data" / "parsers" / "parsers.yaml"
+    return yaml.safe_load(path.read_text())
+
+
+def parsers(model_name: str) -> Parsers:
+    """The catalog's parsers of a model; an imported model has none (plain completions)."""
+    row = _parser_table().get(model_name, {})
+    v, d = row.get("vllm", {}), row.get("dynamo", {})
+    return Parsers(vllm_tool_call=v.get("tool_call"), vllm_reasoning=v.get("reasoning"),
+                   dynamo_tool_call=d.get("tool_call"), dynamo_reasoning=d.get("reasoning"))
+
+
+def _from_deployment(inputs: "Inputs", path: str, value: object, why_default: str) -> Decision:
+    given = ("spec", *path.split(".")) in inputs.sources["deployment"].values
+    return Decision(path=path, value=str(value), source="user" if given else "default",
+                    why="written in the deployment" if given else why_default)
+
+
+def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
+    """Why each site choice is what it is: the user's, or the default and where it is from."""
+    cache, images = site.model_cache, site.images
+    given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
+    out = [
+        _from_deployment(inputs, "site.images.dynamo", images.dynamo,
+                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold vLLM "
+                        "serving.vllm_version (the stock 1.6.1 image has 0.31.0)"),
+        _from_deployment(inputs, "site.images.vllm", images.vllm,
+                        "the vLLM release the flags are written for"),
+        _from_deployment(inputs, "site.rdma.transport", site.rdma.transport,
+                        "KV transfer and the pool over RDMA; TCP only by choice"),
+        _from_deployment(inputs, "site.rdma.resource", site.rdma.resource,
+                        "the RDMA device plugin resource of Dynamo's wide-EP recipes and llm-d"),
+        _from_deployment(inputs, "site.model_cache", f"{cache.kind}:{cache.source}",
+                        "a host directory per node, filled once per node"),
+        Decision(path="site.model_cache.engine_ready_timeout_s",
+                 value=str(cache.engine_ready_timeout_s),
+                 source="user" if given_timeout else "rule:cold-start",
+                 why="written in the deployment" if given_timeout else
+                     "vLLM's 600 s + one download of the checkpoint + its reads from the cache "
+                     "at the site's assumed rates"),
+    ]
+    if images.runtime_version_override:
+        out.append(Decision(path="site.images.runtime_version_override",
+                            value=images.runtime_version_override, source="rule:dgd-admission",
+                            why="the Dynamo image's tag is not the Dynamo version"))
+    return out

@@ -1,0 +1,43 @@
+"""compiler/site.py: the site's choices as the plan records them."""
+
+import pytest
+
+from compiler import site
+from schemas.site import Images, ModelCache
+
+
+@pytest.mark.parametrize("image, override", [
+    ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", None),
+    ("registry.example.com/dynamo:v1.6.1", None),
+    ("registry.example.com/dynamo:0.33.0-dyn1.6.1", "1.6.1"),  # parses as 0.33.0: say 1.6.1
+    ("registry.example.com/dynamo:latest", "1.6.1"),
+    ("registry.example.com:5000/dynamo@sha256:" + "a" * 64, "1.6.1"),  # a port is no tag
+])
+def test_runtime_version_override_when_the_tag_is_not_the_dynamo_version(image, override):
+    assert site.runtime_version_override(Images(dynamo=image)) == override
+
+
+def test_a_given_override_wins():
+    images = Images(dynamo="nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1",
+                    runtime_version_override="1.6.0")
+    assert site.runtime_version_override(images) == "1.6.0"
+
+
+def test_cold_start_timeout_reads_the_checkpoint_once_per_reader():
+    ckpt = 300e9  # 300 GB
+    host = site.engine_ready_timeout_s(ModelCache(), ckpt, pods=28, pods_per_node=2)
+    # 600 s + 300 GB / 0.5 GB/s + 2 readers x 300 GB / 2 GB/s = 1500 s
+    assert host == 1500
+    pvc = site.engine_ready_timeout_s(ModelCache(pvc="models"), ckpt, pods=28, pods_per_node=2)
+    assert pvc == 600 + 600 + 28 * 150  # every pod reads the one claim
+    given = site.engine_ready_timeout_s(ModelCache(engine_ready_timeout_s=900), ckpt, 28, 2)
+    assert given == 900
+
+
+def test_engine_ready_timeout_is_whole_minutes():
+    assert site.engine_ready_timeout_s(ModelCache(), 1e9, 1, 1) % 60 == 0
+
+
+def test_models_without_catalog_parsers_get_none():
+    parsers = site.parsers("my-imported-model")
+    assert parsers.vllm_tool_call is None and parsers.dynamo_reasoning is None
