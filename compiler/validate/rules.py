@@ -524,7 +524,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"a --moe-backend with a kernel for {a2a}'s batched "
                                    f"activations ({', '.join(batched.value)})",
                                    f"--moe-backend {moe}", batched.source))
-        if facts is not None and a2a and ctx.plan.hardware.form == "nvl72" and \
+        if facts is not None and a2a and _on_nvl72(e, ctx.plan) and \
                 _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):
@@ -552,6 +552,25 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
 
 def _after(words: list[str], flag: str) -> str | None:
     return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
+def _on_nvl72(e: Engine, plan: Plan) -> bool:
+    """The engine runs on NVL72 trays: in a mixed fleet, those of the group its launch script's
+    tray or its pods' pinned nodes belong to (any NVL72 group when they name none)."""
+    forms = {hw.form for hw in plan.fleet}
+    if len(forms) > 1:
+        trays = {t.node_name: t.id for t in plan.hardware.trays}
+        if e.group is None:
+            names = [e.file.rsplit("/", 1)[-1].removesuffix(".sh")]
+        else:
+            terms = (((e.group.spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+                "nodeSelectorTerms") or []
+            names = [trays.get(str(v)) for term in terms
+                     for m in (term.get("matchFields") or []) + (term.get("matchExpressions") or [])
+                     for v in m.get("values") or []]
+        forms = {plan.hardware_of(t).form for t in names if t in set(trays.values())} or forms
+    return "nvl72" in forms
 
 
 def _spans_trays(e: Engine, plan: Plan) -> bool:
