@@ -148,12 +148,13 @@ def node_affinity(plan: Plan, node_names: tuple[str, ...]) -> V1Affinity:
 def off_rack_affinity(plan: Plan) -> V1Affinity:
     """CPU-only pods (frontend, Mooncake master, router) keep off every tray of the rack
     manifest, whose host memory the engine pods' requests already fill; by node name, which is
-    exact (GPU nodes need not be tainted, so a toleration alone would not keep them off)."""
-    names = sorted(t.node_name for t in plan.hardware.trays)
+    exact (GPU nodes need not be tainted, so a toleration alone would not keep them off). One
+    term, one requirement per tray (ANDed): a field selector takes one value."""
     return V1Affinity(node_affinity=V1NodeAffinity(
         required_during_scheduling_ignored_during_execution=V1NodeSelector(
-            node_selector_terms=[V1NodeSelectorTerm(match_fields=[V1NodeSelectorRequirement(
-                key="metadata.name", operator="NotIn", values=names)])])))
+            node_selector_terms=[V1NodeSelectorTerm(match_fields=[
+                V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=[n])
+                for n in sorted(t.node_name for t in plan.hardware.trays)])])))
 
 
 def tolerations(plan: Plan) -> list[V1Toleration] | None:

@@ -442,7 +442,8 @@ def test_cpu_only_pods_keep_off_every_tray(case):
                 continue
             [term] = template["spec"]["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            # the API takes one value per field selector: one NotIn a tray, ANDed in one term
             assert term == {"matchFields": [
-                {"key": "metadata.name", "operator": "NotIn", "values": trays}]}
+                {"key": "metadata.name", "operator": "NotIn", "values": [t]} for t in trays]}
             seen.add(main_of(template)["name"])
     assert {"main", "master"} <= seen
