@@ -253,6 +253,14 @@ def _required_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return list(affinity.get("nodeSelectorTerms") or [])
 
 
+def bad_field_selectors(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Required-affinity field selectors with In/NotIn and other than one value, which the API
+    server rejects (core validation ValidateNodeFieldSelectorRequirement: "must be only one
+    value when `operator` is 'In' or 'NotIn' for node field selector")."""
+    return [e for t in _required_terms(spec) for e in t.get("matchFields") or []
+            if e.get("operator") in ("In", "NotIn") and len(e.get("values") or []) != 1]
+
+
 def excluded_names(spec: dict[str, Any]) -> set[str]:
     """The node names every term of the pod's required node affinity excludes by field
     (`metadata.name NotIn [...]`): where it says it must not run."""

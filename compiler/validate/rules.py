@@ -21,7 +21,8 @@ Rules and where their facts come from:
 - selector-matches-node: every nodeSelector and required node affinity admits a node of the
   rack manifest, with the labels known there (the manifest's node_labels, kubernetes.io/arch,
   kubernetes.io/os; metadata.name as a field), unless it excludes every one by name
-  (`metadata.name NotIn`): such a pod runs off the rack.
+  (`metadata.name NotIn`): such a pod runs off the rack. A field selector with In or NotIn takes
+  exactly one value (Kubernetes core validation, ValidateNodeFieldSelectorRequirement).
 - cpu-pods-off-trays: pods that request no GPU (frontend, Mooncake master, router) keep off the
   rack's trays: the engine pods' memory requests fill a tray's allocatable (the host budget), so
   a CPU pod there takes what a pinned worker needs, or leaves it Pending. GPU nodes need not be
@@ -124,6 +125,13 @@ def selector_matches_node(ctx: Context) -> list[Finding]:
     names = {n.name for n in ctx.nodes}
     for b in ctx.bundles:
         for g in b.groups:
+            for e in pods.bad_field_selectors(g.spec):
+                out.append(Finding(
+                    "selector-matches-node", g.obj.file, g.obj.line_at(g.path), g.where,
+                    "one value in a matchFields requirement with In or NotIn (the API server "
+                    "rejects more)", f"{e.get('key')} {e.get('operator')} {e.get('values', [])}",
+                    "give one requirement per node name: ANDed in a term for NotIn, one term "
+                    "each for In"))
             if names <= pods.excluded_names(g.spec):
                 continue  # kept off the rack on purpose (cpu-pods-off-trays)
             if g.pods and not pods.eligible(g.spec, ctx.nodes) and ctx.nodes:

@@ -24,11 +24,12 @@ def fired(plan, files, rule: str, folder: str = "k8s/") -> list[rules.Finding]:
 
 
 def pin(spec: dict, nodes: list[str]) -> None:
-    """Run the pods on these nodes only, by node name."""
+    """Run the pods on these nodes only, by node name (one term each: a field selector takes
+    one value)."""
     spec.pop("nodeSelector", None)
     spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": nodes}]}]}}}
+            {"key": "metadata.name", "operator": "In", "values": [n]}]} for n in nodes]}}}
 
 
 def node_names(plan, count: int) -> list[str]:
@@ -342,6 +343,21 @@ def test_an_affinity_that_excludes_one_tray_only_still_admits_the_rest():
     edit(files, DGD, "DynamoGraphDeployment", "", keep_off_one)
     [finding] = fired(plan, files, "cpu-pods-off-trays")
     assert "gb300-a-t01 .. gb300-a-t17 (17)" in finding.got
+
+
+def test_a_field_selector_takes_one_value():
+    """The API server rejects `metadata.name NotIn [a, b]`: one value per field selector."""
+    plan, files = compiled(GB300)
+
+    def merge(dgd: dict) -> None:
+        [term] = component(dgd, "frontend")["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        names = [v for e in term["matchFields"] for v in e["values"]]
+        term["matchFields"] = [{"key": "metadata.name", "operator": "NotIn", "values": names}]
+    edit(files, DGD, "DynamoGraphDeployment", "", merge)
+    [finding] = fired(plan, files, "selector-matches-node")
+    assert "frontend" in finding.where and "metadata.name NotIn" in finding.got
+    assert not fired(plan, files, "cpu-pods-off-trays")  # it still says: off every tray
 
 
 # --- connector-env ------------------------------------------------------------------------------
