@@ -17,7 +17,7 @@ from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from compiler.validate.cli import add_validate_command
 from schemas import KINDS
-from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, rendered
 from schemas.export import schema_text
 
 EXIT_INTERNAL = 70
@@ -29,11 +29,7 @@ def _print_json(data: object) -> None:
 
 
 def _report(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> None:
-    for d in diagnostics:
-        sys.stderr.write(d.render() + "\n")
-    errors = sum(1 for d in diagnostics if d.severity == "error")
-    if errors:
-        sys.stderr.write(f"{errors} error{'s' if errors != 1 else ''}\n")
+    sys.stderr.write(rendered(diagnostics))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -164,6 +160,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         emitter.close()
     plan = result.plan
+    from compiler.preflight import notices
+
+    for notice in notices(plan):
+        if only is None or notice.target in only:
+            sys.stderr.write(notice.render() + "\n")
     if args.format == "json":
         _print_json({"out": args.output, "files": sorted(result.artifacts),
                      "solver": plan.solver.model_dump(),

@@ -343,6 +343,12 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                          "redundant experts for a mixture-of-experts model",
                          str(dep.spec.serving.redundant_experts),
                          f"{mspec.architecture} has no routed experts: remove the field"))
+    offload = dep.spec.serving.weight_offload
+    if offload and offload.experts_only and mspec.moe is None:
+        out.append(_diag(src, ("spec", "serving", "weight_offload", "experts_only"), "E105",
+                         "expert offload for a mixture-of-experts model", "true",
+                         f"{mspec.architecture} has no routed experts: set `experts_only: "
+                         "false`"))
     limits: dict[tuple[str, str], tuple] = {}
     for j, pin in enumerate(dep.spec.objective.instances):
         mine = (pin.max_batch, pin.max_batched_tokens)

@@ -6,7 +6,7 @@ from compiler import arch, graph, site
 from compiler.decisions import decisions
 from compiler.host_memory import host_memory
 from compiler.load import Inputs
-from compiler.memory import all2all_of
+from compiler.memory import all2all_of, offload_gib
 from compiler.plan import (
     Decision,
     DomainMemory,
@@ -99,9 +99,12 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, 
         choices.append(moe)
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
     connectors = r.kv_connectors(role)
+    offload = inputs.deployment.spec.serving.weight_offload
     fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
               "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
-              "connector_env": r.connector_env(connectors.value)}
+              "connector_env": r.connector_env(connectors.value),
+              "cpu_offload_gib": offload_gib(inputs, shape),
+              "cpu_offload_params": ["experts"] if offload and offload.experts_only else []}
     return fields, [*choices, connectors]
 
 

@@ -5,8 +5,10 @@ vLLM 0.33 sizes its KV cache inside `--gpu-memory-utilization x HBM`, a budget t
 the memory free when the worker takes its snapshot (after CUDA and NCCL are up), and NIXL
 registers after the profile run; so those stay outside (`reserved_gib`). Inside: weights, the
 Engram shard when in HBM, the workspace (activations, DeepEP buffers, vLLM's 150 MiB margin),
-then KV. Expert weights and the LM head are split die-local by output columns, so on a GPU with
-several memory domains each domain holds an equal share (SYSTEM.md, memory placement).
+then KV. Weights offloaded to host memory (`serving.weight_offload`, vLLM's UVA offload) leave
+the budget: they are pinned in the tray's DRAM (compiler.host_memory). Expert weights and the
+LM head are split die-local by output columns, so on a GPU with several memory domains each
+domain holds an equal share (SYSTEM.md, memory placement).
 """
 
 import math
@@ -26,11 +28,12 @@ ACTIVATION_COPIES = 12  # live hidden-sized buffers per token in a layer (assume
 class GpuBudget:
     capacity_gib: float
     reserved_gib: float  # outside the engine's budget
-    weights_gib: float
+    weights_gib: float  # in HBM
     engram_gib: float
     workspace_gib: float
     kv_min_gib: float  # one maximum-length request
     pool_in_hbm: bool  # the spare HBM is lent to the KV pool instead of the KV cache
+    offload_gib: float = 0.0  # weights in pinned host memory, read over the GPU-CPU link
 
     @property
     def utilization(self) -> float:
@@ -69,8 +72,10 @@ class GpuBudget:
             + self.kv_min_gib
 
 
-def weights_gib_per_gpu(model: ModelSpec, shape: Shape, with_draft: bool = False) -> float:
-    """Routed experts split over all n GPUs; everything else replicated per DP rank, split by TP."""
+def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
+                     ) -> tuple[float, float]:
+    """(routed experts, the rest) per GPU. Routed experts split over all n GPUs; everything
+    else replicated per DP rank, split by TP."""
     p = arch.params(model)
     eb = arch.WEIGHT_BYTES[model.dtypes.experts]
     wb = arch.WEIGHT_BYTES[model.dtypes.weights]
@@ -81,7 +86,19 @@ def weights_gib_per_gpu(model: ModelSpec, shape: Shape, with_draft: bool = False
     draft = 0.0
     if with_draft and model.draft:
         draft = p.draft * wb / shape.tp
-    return (experts + rest + draft) / GIB
+    return experts / GIB, (rest + draft) / GIB
+
+
+def offload_gib(inputs, shape: Shape) -> float:
+    """Weights per GPU that `serving.weight_offload` keeps in host memory: what it asks for, at
+    most the offloadable weights (routed experts only, or all). vLLM offloads whole parameters in
+    load order until `--cpu-offload-gb` is reached (vllm/model_executor/offloader/uva.py), so
+    the last one may take up to one layer's tensor more from HBM to host than this."""
+    asked = inputs.deployment.spec.serving.weight_offload
+    if asked is None:
+        return 0.0
+    experts, rest = weight_parts_gib(inputs.model.spec, shape, inputs.resolved.uses_draft)
+    return round(min(asked.gib_per_gpu, experts if asked.experts_only else experts + rest), 3)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, shape: Shape, kv_dtype: str) -> float:
@@ -118,8 +135,9 @@ def gpu_budget(inputs, role: str, shape: Shape, engram_gpus: int) -> GpuBudget:
     engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
     buffers = r.engine_buffers_gib(all2all_of(inputs, role, shape), nodes_of(shape, inputs.system))
     workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
+    offload = offload_gib(inputs, shape)
     return GpuBudget(
         capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
-        weights_gib=weights_gib_per_gpu(model, shape, r.uses_draft), engram_gib=engram / GIB,
-        workspace_gib=workspace, kv_min_gib=kv / GIB,
-        pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value)
+        weights_gib=sum(weight_parts_gib(model, shape, r.uses_draft)) - offload,
+        engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
+        pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=offload)

@@ -6,7 +6,7 @@ Targets import this module only.
 """
 
 from functools import cached_property
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_serializer
@@ -21,6 +21,19 @@ Source = str  # "user" | "default" | "solver" | "rule:<id>"
 
 class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OmitsOptional(Frozen):
+    """Leaves out the fields in `OPTIONAL` while they hold their default, so that plans of
+    deployments that do not use an option stay as they were."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        fields = type(self).model_fields
+        return {k: v for k, v in handler(self).items()
+                if k not in self.OPTIONAL or v != fields[k].default}
 
 
 class Tray(Frozen):
@@ -81,7 +94,9 @@ class Serving(Frozen):
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
 
 
-class Instance(Frozen):
+class Instance(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params")
+
     id: str  # {role}-{index:02d}
     role: Role
     shape: str  # DEP2 | DEP16 | TP8 | TP8EP8 ...
@@ -99,6 +114,10 @@ class Instance(Frozen):
     env: dict[str, str]  # what its engines need beyond the shared environment
     kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
     connector_env: list[str]  # variables the connectors read, set by each target
+    # weights per GPU in pinned host memory (vLLM --cpu-offload-gb), and which parameters
+    # (--cpu-offload-params; empty: any)
+    cpu_offload_gib: float = 0.0
+    cpu_offload_params: list[str] = []
 
 
 class DomainMemory(Frozen):
@@ -111,14 +130,17 @@ class DomainMemory(Frozen):
     capacity_gib: float
 
 
-class HostMemory(Frozen):
+class HostMemory(OmitsOptional):
     """What a tray's engines pin in its host DRAM (GiB)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("weights_gib",)
 
     pool_gib: float  # the Mooncake DRAM segment
     engram_gib: float  # Engram tables read from host memory
     process_gib: float  # engine processes and the store clients' transfer buffers
     reserved_gib: float  # not allocatable: the kubelet's reserves, DaemonSets (site.host)
     capacity_gib: float
+    weights_gib: float = 0.0  # weights offloaded from the tray's GPUs (serving.weight_offload)
 
 
 class EngramShard(Frozen):

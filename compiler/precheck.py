@@ -2,7 +2,8 @@
 
 For each candidate shape and role: weights per GPU, plus one maximum-length request's KV, plus
 the Engram share (prefill: tables spread over every available GPU, the best a peer group can do;
-decode: over the instance's own GPUs), plus workspace, against usable HBM.
+decode: over the instance's own GPUs), plus workspace, against usable HBM; weights offloaded to
+host memory leave HBM, and must fit in the tray's DRAM beside the OS and the engine processes.
 """
 
 from dataclasses import dataclass
@@ -70,8 +71,27 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
             mem = gpu_budget(inputs, role, shape, share)
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
     diagnostics = (_diagnose(inputs, fits, available, capacity)
-                   + _check_pins(inputs, fits, available))
+                   + _check_pins(inputs, fits, available) + _check_offload(inputs))
     return Precheck(tuple(fits), tuple(diagnostics))
+
+
+def _check_offload(inputs: Inputs) -> list[Diagnostic]:
+    """Every GPU of a tray may offload what serving.weight_offload asks for: that must fit in
+    the tray's DRAM beside the node reserve and the engine processes (compiler.host_memory)."""
+    asked = inputs.deployment.spec.serving.weight_offload
+    if asked is None:
+        return []
+    r, gpus = inputs.resolved, inputs.system.gpus_per_tray
+    room = r.dram_gib_per_tray.value - r.host.reserved_gib - gpus * r.host.process_gib_per_rank
+    if gpus * asked.gib_per_gpu <= room:
+        return []
+    src = inputs.sources["deployment"]
+    path = ("spec", "serving", "weight_offload", "gib_per_gpu")
+    pos = src.locate(path)
+    return [Diagnostic("error", "E303", src.file, pos.line, pos.column, format_path(path),
+                       f"at most {room / gpus:.1f} GiB per GPU ({gpus} GPUs share "
+                       f"{room:.1f} GiB of a tray's DRAM)", f"{asked.gib_per_gpu:g}",
+                       "offload less, or only the experts the HBM cannot hold")]
 
 
 def _named(inputs: Inputs) -> list[str]:

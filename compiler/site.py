@@ -82,14 +82,15 @@ def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str,
 def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: float,
          instance: Instance, pool: dict[str, int]) -> PodSize:
     """The host budget's share of one pod (compiler.host_memory): its ranks' processes, store
-    buffers and pool segments, and its host Engram, which sits in /dev/shm when the ranks share
-    it (DP > 1)."""
+    buffers, pool segments and offloaded weights, and its host Engram, which sits in /dev/shm
+    when the ranks share it (DP > 1)."""
     per_node = max(ranks_on(instance, t) for t in instance.trays)
     per_rank = max((pool.get(t, 0) for t in instance.trays), default=0)
     engram = engram_share_gib(tables_gib, instance, per_node)
     shm = cfg.host.shm_gib + (engram if instance.dp > 1 else 0.0)
     buffer = host.mooncake_buffer_gib_per_rank if pool else 0.0
-    memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB) + engram
+    memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB
+                         + instance.cpu_offload_gib) + engram
     rdma = cfg.rdma.transport == "rdma"
     devices = math.ceil(hardware.rdma_devices_per_tray * per_node / hardware.gpus_per_tray)
     registers = rdma and (bool(pool) or instance.role != "aggregated")

@@ -116,9 +116,22 @@ class Checkpoint(StrictModel):
         None, description="Routed expert weights (default: the Model's)")
 
 
+class WeightOffload(StrictModel):
+    """Keep part of each GPU's weights in pinned host memory (vLLM --cpu-offload-gb, its UVA
+    backend): the kernels read them over the GPU-CPU link (NVLink-C2C or PCIe) in every
+    forward pass, so a model too large for HBM still fits, at the link's speed."""
+
+    gib_per_gpu: amount(4096) = Field(
+        description="Weights per GPU kept in host memory (at most what the GPU holds)")
+    experts_only: bool = Field(
+        False, description="Offload only routed-expert weights (vLLM --cpu-offload-params "
+                           "experts); default: any weights, in load order")
+
+
 class Serving(StrictModel):
     speculative: Speculative | None = None
     checkpoint: Checkpoint | None = None
+    weight_offload: WeightOffload | None = None
     redundant_experts: count(4096, least=0) | None = Field(
         None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
                           "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")

@@ -27,6 +27,14 @@ class Diagnostic:
         return f"{text}\n  hint: {self.hint}" if self.hint else text
 
 
+def rendered(diagnostics: Iterable[Diagnostic]) -> str:
+    """Every diagnostic, then the count of errors: what the CLI prints on stderr."""
+    ds = list(diagnostics)
+    errors = sum(1 for d in ds if d.severity == "error")
+    tail = [f"{errors} error{'s' if errors != 1 else ''}"] if errors else []
+    return "".join(line + "\n" for line in [*(d.render() for d in ds), *tail])
+
+
 class CompileError(Exception):
     """Expected failure: carries every diagnostic found; the CLI prints them without a traceback."""
 

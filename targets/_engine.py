@@ -8,7 +8,8 @@ Flag choices (vLLM 0.33, docs/targets.md explains each):
   in compiler.resolve);
 - the plan's batch limits, context length, KV dtype and block size, and the memory budget;
 - the KV connector (NIXL for P/D, plus the Mooncake store when the plan has a pool), speculative
-  decoding and Engram placement.
+  decoding and Engram placement;
+- weights offloaded to host memory (`--cpu-offload-gb`, optionally `--cpu-offload-params`).
 The per-node launch flags (which ranks run where) are `multinode_flags`.
 """
 
@@ -127,6 +128,10 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
         "--kv-cache-dtype", kv_cache_dtype(plan),
         *kernel_flags(plan, first),
     ]
+    if first.cpu_offload_gib:
+        args += ["--cpu-offload-gb", f"{first.cpu_offload_gib:g}"]
+        if first.cpu_offload_params:
+            args += ["--cpu-offload-params", *first.cpu_offload_params]
     if plan.serving.speculative:
         spec = plan.serving.speculative
         args += ["--speculative-config", compact_json(

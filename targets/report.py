@@ -4,6 +4,7 @@ import io
 import json
 
 from compiler.plan import Plan
+from compiler.preflight import notices
 
 ROLE_COLOURS = {"prefill": "#4C72B0", "decode": "#DD8452", "aggregated": "#55A868",
                 None: "#E5E5E5"}
@@ -42,6 +43,7 @@ def performance_md(plan: Plan) -> str:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += fallbacks_md(plan)
+    lines += before_you_deploy_md(plan)
     lines += _balance_lines(p.get("balance"))
     for phase in ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
@@ -70,6 +72,17 @@ def fallbacks_md(plan: Plan) -> list[str]:
     for (source, value, why), paths in rows.items():
         shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3})" if len(paths) > 3 else "")
         out.append(f"| {shown} | {value} | {source} | {why} |")
+    return out
+
+
+def before_you_deploy_md(plan: Plan) -> list[str]:
+    """What the site must supply that the bundle cannot (compiler/preflight.py)."""
+    found = notices(plan)
+    if not found:
+        return []
+    out = ["", "## Before you deploy", "", "| folder | input | what | what to do |",
+           "|---|---|---|---|"]
+    out += [f"| {n.target}/ | {n.path} | {n.problem} | {n.hint} |" for n in found]
     return out
 
 

@@ -108,10 +108,16 @@ class Router(_Strict):
     block_size_matches_worker: Fact[bool]
 
 
+class RuntimeImage(_Strict):
+    repository: Fact[str]
+    vllm: Fact[str]
+
+
 class Dynamo(_Strict):
     name: Literal["dynamo"]
     version: str
     router: Router
+    runtime_image: RuntimeImage
 
 
 class Store(_Strict):

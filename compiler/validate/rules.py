@@ -557,7 +557,8 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"a --moe-backend with a kernel for {a2a}'s batched "
                                    f"activations ({', '.join(batched.value)})",
                                    f"--moe-backend {moe}", batched.source))
-        if facts is not None and a2a and _spans_trays(e, ctx.plan):
+        if facts is not None and a2a and ctx.plan.hardware.form == "nvl72" and \
+                _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):
                 if e.env.get(key) != value:
@@ -623,13 +624,7 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).
-ENFORCED: frozenset[str] = frozenset({
-    "node-gpus",
-    "node-rdma-devices",
-    "node-cpu",
-    "node-memory",
-    "cpu-pods-off-trays",
-})
+ENFORCED: frozenset[str] = frozenset(RULES)  # compile refuses a bundle that breaks any
 
 
 def findings(plan: Plan, files: Mapping[str, str | bytes],

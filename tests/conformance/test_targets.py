@@ -165,6 +165,28 @@ def test_eplb_flags_parse_with_vllm_033(tmp_path):
     assert_all_ok(harness.check_vllm_lines(lines))
 
 
+def test_weight_offload_flags_parse_with_vllm_033_and_dynamo_161(tmp_path):
+    """Offloaded weights (serving.weight_offload) reach vLLM as --cpu-offload-gb and
+    --cpu-offload-params, which its parser takes (vllm/config/offload.py UVAOffloadConfig),
+    and so do Dynamo's workers."""
+    from compiler import api
+    from tests.builders import write_case
+    path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
+                      hardware={"nodes": 1},
+                      objective={"mode": "pinned", "instances": [
+                          {"role": "decode", "shape": "DEP4", "count": 1},
+                          {"role": "prefill", "shape": "DEP4", "count": 1}]},
+                      serving={"weight_offload": {"gib_per_gpu": 80, "experts_only": True}})
+    out = api.compile(path, only=("vllm", "dynamo")).artifacts
+    lines = [s.argv for s in emitted.scripts(out)]
+    [dgd] = emitted.documents(out, "dynamo")
+    workers = [w for w in emitted.dynamo_lines(dgd).values() if w[2] == "dynamo.vllm"]
+    assert lines and workers and all(
+        "--cpu-offload-gb" in argv and "--cpu-offload-params" in argv for argv in lines + workers)
+    assert_all_ok(harness.check_vllm_lines(lines))
+    assert_all_ok(harness.check_dynamo_lines(workers))
+
+
 REGISTRY = """
 import json, re, sys
 names = {}

@@ -7,7 +7,7 @@ import pytest
 from compiler import arch, catalog
 from compiler.graph import build_graph
 from compiler.load import load_inputs
-from compiler.memory import gpu_budget, weights_gib_per_gpu
+from compiler.memory import gpu_budget, weight_parts_gib
 from compiler.precheck import precheck
 from compiler.shapes import candidate_shapes, parse_shape
 
@@ -24,10 +24,11 @@ def test_parse_shape():
 def test_dep_weights_split_experts_and_replicate_the_rest():
     spec = catalog.model("deepseek-v3").spec
     p = arch.params(spec)
-    want = (p.routed_experts / 8 + p.non_expert) / arch.GIB  # FP8: one byte per parameter
-    assert weights_gib_per_gpu(spec, parse_shape("DEP8")) == pytest.approx(want)
-    tp = (p.routed_experts + p.non_expert) / 8 / arch.GIB
-    assert weights_gib_per_gpu(spec, parse_shape("TP8")) == pytest.approx(tp)
+    # FP8: one byte per parameter
+    want = (p.routed_experts / 8 / arch.GIB, p.non_expert / arch.GIB)
+    assert weight_parts_gib(spec, parse_shape("DEP8")) == pytest.approx(want)
+    tp = (p.routed_experts / 8 / arch.GIB, p.non_expert / 8 / arch.GIB)
+    assert weight_parts_gib(spec, parse_shape("TP8")) == pytest.approx(tp)
 
 
 def test_dense_model_gets_tensor_parallel_shapes_only():

@@ -163,17 +163,32 @@ def test_without_the_extra_it_says_how_to_install_it(out, capsys, monkeypatch):
     assert "error[E800]" in err and "pip install 'rackc[validate]'" in err
 
 
-def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(tmp_path, monkeypatch,
-                                                                      capsys):
-    """Enforcing a rule is one entry in rules.ENFORCED; the VR bundle still puts two prefill
-    pods on each tray, each claiming the tray's ComputeDomain channel."""
-    monkeypatch.setattr(rules, "ENFORCED", frozenset(rules.RULES))
-    out = tmp_path / "out"
-    rc = cli.main(["compile", str(EXAMPLES / VR / "deployment.yaml"), "-o", str(out)])
-    err = capsys.readouterr().err
-    if not any(f"[{rule}]" in err for rule in rules.RULES):
-        pytest.skip("the VR bundle breaks no rule any more: nothing to refuse")
-    assert rc == 3 and not out.exists()
+def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypatch):
+    """Every rule is enforced: a k8s target that put two channel-claiming prefill pods on each
+    tray again would make compile refuse the bundle (exit 3) before anything is written."""
+    from compiler import api
+    from schemas.diagnostics import CompileError
+
+    from .test_rules import _channel_pods
+
+    assert frozenset(rules.RULES) == rules.ENFORCED
+    real = api.targets
+
+    def with_defect():
+        emits = real()
+
+        def k8s(plan):
+            files = dict(emits["k8s"](plan))
+            _channel_pods(plan, files, per_node=2)
+            return files
+
+        return {**emits, "k8s": k8s}
+
+    monkeypatch.setattr(api, "targets", with_defect)
+    with pytest.raises(CompileError) as info:
+        api.compile(EXAMPLES / VR / "deployment.yaml")
+    assert info.value.exit_code == 3
+    assert any("[dra-channel-per-node]" in d.render() for d in info.value.diagnostics)
 
 
 def test_requests_whose_node_capacity_is_unknown_are_named(out, capsys):

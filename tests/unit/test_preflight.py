@@ -1,0 +1,52 @@
+"""What the site must supply (compiler/preflight.py): named as warnings, never a failure."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler import api
+from compiler.preflight import notices
+
+ROOT = Path(__file__).resolve().parents[2]
+VR = ROOT / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+
+
+def _plan(tmp_path: Path, images: dict | None = None):
+    for name in ("rack.yaml", "deployment.yaml"):
+        doc = yaml.safe_load((VR / name).read_text())
+        if name == "deployment.yaml" and images:
+            doc["spec"].setdefault("site", {}).setdefault("images", {}).update(images)
+        (tmp_path / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    return api.compile(tmp_path / "deployment.yaml", only=()).plan
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    return _plan(tmp_path_factory.mktemp("stock"))
+
+
+def test_the_stock_dynamo_runtime_carries_another_vllm(stock):
+    [n] = [n for n in notices(stock) if n.path == "site.images.dynamo"]
+    assert "0.31.0" in n.problem and stock.serving.vllm_version in n.problem
+
+
+def test_a_pd_lws_bundle_without_a_router_is_named(stock):
+    assert any(n.path == "site.images.router" and n.target == "lws" for n in notices(stock))
+
+
+def test_site_images_settle_them(tmp_path: Path):
+    plan = _plan(tmp_path, {"dynamo": "registry.example/dynamo-vllm:0.33.0-dyn1.6.1",
+                            "router": "registry.example/vllm-router:0.1.9"})
+    assert {n.path for n in notices(plan)} <= {"site.images.vllm"}
+
+
+def test_compile_prints_them_as_warnings_and_succeeds(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "compiler.cli", "compile",
+                           str(VR / "deployment.yaml"), "-o", str(tmp_path / "out"),
+                           "--targets", "lws"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning[W901] lws/ site.images.router" in proc.stderr
+    assert "site.images.dynamo" not in proc.stderr  # k8s/ was not asked for
