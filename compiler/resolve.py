@@ -281,14 +281,14 @@ def _node_reserve(given: float | None, dram_gib: float) -> Choice[float]:
         return Choice(path, float(given), "user", "written in the deployment")
     value = round(max(NODE_RESERVE_MIN_GIB, NODE_RESERVE_FRACTION * dram_gib), 3)
     return Choice(path, value, "default",
-                  f"assumed: max({NODE_RESERVE_MIN_GIB:g} GiB, {NODE_RESERVE_FRACTION:g} x {dram_gib:g} "
-                  "GiB): pods are placed against allocatable, which is capacity less kube- and "
-                  "system-reserved and the eviction threshold (kubelet), less what the GPU "
-                  "nodes' DaemonSets take (GPU operator: driver, toolkit, DCGM; DRA driver, "
-                  "IMEX, network operator); the kubelet reserve of GKE's and AKS's tables is "
-                  "about 2.5% of a 1 TiB node, the rest is left to the DaemonSets and the OS; "
-                  "give the site's own figure (capacity - allocatable of `kubectl describe "
-                  "node`)")
+                  f"assumed: max({NODE_RESERVE_MIN_GIB:g} GiB, {NODE_RESERVE_FRACTION:g} x "
+                  f"{dram_gib:g} GiB): pods are placed against allocatable, which is capacity "
+                  "less kube- and system-reserved and the eviction threshold (kubelet), less "
+                  "what the GPU nodes' DaemonSets take (GPU operator: driver, toolkit, DCGM; "
+                  "DRA driver, IMEX, network operator); GKE's kubelet reserve table (25% of "
+                  "the first 4 GiB down to 2% above 128 GiB) keeps about 27 GiB of a 1 TiB "
+                  "node, the rest is left to the DaemonSets and page cache; give the site's "
+                  "own figure (capacity - allocatable of `kubectl describe node`)")
 
 
 def _override(path: str, given: float | None, fact) -> Choice[float]:
