@@ -26,6 +26,7 @@ class TrayLoad:
     engram_gib: float  # Engram tables pinned on the tray
     weights_gib: float  # weights offloaded by the tray's ranks
     pods: int  # engine pods on the tray: one per instance
+    kinds: tuple[str, ...] = ()  # the (role/shape) of the instances running there
 
 
 def ranks_on(inst: Instance, tray: str) -> int:
@@ -45,6 +46,7 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
     engram: dict[str, float] = {}
     weights: dict[str, float] = {}
     pods: dict[str, int] = {}
+    kinds: dict[str, set[str]] = {}
     for inst in instances:
         for tray in inst.trays:
             on_tray = ranks_on(inst, tray)
@@ -52,7 +54,9 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
             engram[tray] = engram.get(tray, 0.0) + engram_share_gib(tables, inst, on_tray)
             weights[tray] = weights.get(tray, 0.0) + on_tray * inst.cpu_offload_gib
             pods[tray] = pods.get(tray, 0) + 1
-    return {t: TrayLoad(n, engram.get(t, 0.0), weights[t], pods[t]) for t, n in ranks.items()}
+            kinds.setdefault(tray, set()).add(f"{inst.role}/{inst.shape}")
+    return {t: TrayLoad(n, engram.get(t, 0.0), weights[t], pods[t], tuple(sorted(kinds[t])))
+            for t, n in ranks.items()}
 
 
 def host_memory(inputs: Inputs, instances: list[Instance]
@@ -63,7 +67,8 @@ def host_memory(inputs: Inputs, instances: list[Instance]
     per_rank = r.host.process_gib_per_rank + (r.host.mooncake_buffer_gib_per_rank
                                               if r.kv_pool_dram.value else 0.0)
     out, decisions = {}, []
-    for tray, load in sorted(tray_loads(inputs, instances).items()):
+    loads = tray_loads(inputs, instances)
+    for tray, load in sorted(loads.items()):
         process = load.ranks * per_rank
         left = dram - r.host.reserved_gib - process - load.engram_gib - load.weights_gib \
             - load.pods * ROUNDING_GIB
@@ -83,4 +88,27 @@ def host_memory(inputs: Inputs, instances: list[Instance]
                                process_gib=round(process, 3),
                                reserved_gib=round(r.host.reserved_gib, 3), capacity_gib=dram,
                                weights_gib=round(load.weights_gib, 3))
+    decisions += _uniform_per_rank(out, loads)
     return out, decisions
+
+
+def _uniform_per_rank(out: dict[str, HostMemory], loads: dict[str, TrayLoad]) -> list[Decision]:
+    """One pod template serves every instance of a role and shape, and any of its pods may land
+    on any of its trays: trays running the same kinds of instance get the same pool segment per
+    rank (the smallest), so every pod's memory request fits every tray it may land on. A
+    fresh layout fills such trays alike; after a fault (`--from`) a tray may run fewer."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for tray, load in loads.items():
+        groups.setdefault(load.kinds, []).append(tray)
+    decisions = []
+    for trays in groups.values():
+        per_rank = min(out[t].pool_gib / loads[t].ranks for t in trays)
+        for t in sorted(trays):
+            pool = round(per_rank * loads[t].ranks, 3)
+            if pool < out[t].pool_gib - 1e-6:
+                out[t] = out[t].model_copy(update={"pool_gib": pool})
+                decisions.append(Decision(
+                    path=f"kv_pool.segments.{t}", value=f"{pool:g} GiB", source="rule:host-memory",
+                    why=f"{per_rank:g} GiB per rank, as on the other trays running "
+                        f"{', '.join(loads[t].kinds)}: one pod template serves them all"))
+    return decisions

@@ -132,3 +132,21 @@ def test_kept_shapes_the_search_would_not_pick_stay(tmp_path: Path):
     kept = {i.id: i.gpus for i in new.instances}
     assert all(kept.get(i.id) == i.gpus for i in old.instances if "r1-t03-g0" not in i.gpus)
     assert any(i.shape == "TP4" for i in new.instances)
+
+
+def test_a_recompiled_bundle_still_fits_every_tray(tmp_path: Path):
+    """After a GPU of a decode tray fails, new DEP2 prefill instances run alone or in pairs on
+    the freed trays; one pod template serves them all, so their pool segments per rank are the
+    same and the bundle passes every controller-level rule (compile enforces them)."""
+    vr = Path(__file__).resolve().parents[2] / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+    old = api.compile(vr / "deployment.yaml", only=()).plan
+    new = api.compile(vr / "deployment.yaml", base=old, unavailable="r0-t07-g2")
+    per_rank = {}
+    for inst in new.plan.instances:
+        for tray in inst.trays:
+            ranks = sum(1 for i in new.plan.instances for g in i.gpus
+                        if g.startswith(tray + "-"))
+            per_rank.setdefault((inst.role, inst.shape), set()).add(
+                round(new.plan.host_memory[tray].pool_gib / ranks, 3))
+    assert all(len(v) == 1 for v in per_rank.values()), per_rank
+    check_plan(new.plan)
