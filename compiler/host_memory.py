@@ -1,11 +1,14 @@
-"""The host memory budget of a tray: what its engines pin in DRAM must fit beside the OS.
+"""The host memory budget of a tray: what its engines pin in DRAM must fit in what the node
+allocates to pods.
 
 Per tray: the Mooncake DRAM segment (the store registers it with the NIC: pinned), the Engram
 tables of instances that read them from host memory (one copy per instance and node when its
 DP ranks share them, `dp_shared_memory`; a TP instance's ranks hold their TP shards), the
 weights each rank offloads (`--cpu-offload-gb`, pinned for UVA reads), each engine rank's
-process and the store client's transfer buffer, and the OS reserve. The pool segment takes
-what is left, at most the deployment's `dram_fraction`.
+process and the store client's transfer buffer, the node's reserve (capacity less allocatable:
+the kubelet's reserves and the GPU nodes' DaemonSets), and up to a GiB per pod, since a pod
+requests whole GiB (compiler.site). The pool segment takes what is left, at most the
+deployment's `dram_fraction`.
 """
 
 from dataclasses import dataclass
@@ -14,12 +17,15 @@ from compiler import arch
 from compiler.load import Inputs
 from compiler.plan import Decision, HostMemory, Instance
 
+ROUNDING_GIB = 1.0  # the most a pod's memory request rounds up (to whole GiB)
+
 
 @dataclass(frozen=True)
 class TrayLoad:
     ranks: int  # engine ranks (GPUs) on the tray
     engram_gib: float  # Engram tables pinned on the tray
     weights_gib: float  # weights offloaded by the tray's ranks
+    pods: int  # engine pods on the tray: one per instance
     kinds: tuple[str, ...] = ()  # the (role/shape) of the instances running there
 
 
@@ -39,6 +45,7 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
     ranks: dict[str, int] = {}
     engram: dict[str, float] = {}
     weights: dict[str, float] = {}
+    pods: dict[str, int] = {}
     kinds: dict[str, set[str]] = {}
     for inst in instances:
         for tray in inst.trays:
@@ -46,8 +53,9 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
             ranks[tray] = ranks.get(tray, 0) + on_tray
             engram[tray] = engram.get(tray, 0.0) + engram_share_gib(tables, inst, on_tray)
             weights[tray] = weights.get(tray, 0.0) + on_tray * inst.cpu_offload_gib
+            pods[tray] = pods.get(tray, 0) + 1
             kinds.setdefault(tray, set()).add(f"{inst.role}/{inst.shape}")
-    return {t: TrayLoad(n, engram.get(t, 0.0), weights[t], tuple(sorted(kinds[t])))
+    return {t: TrayLoad(n, engram.get(t, 0.0), weights[t], pods[t], tuple(sorted(kinds[t])))
             for t, n in ranks.items()}
 
 
@@ -62,7 +70,8 @@ def host_memory(inputs: Inputs, instances: list[Instance]
     loads = tray_loads(inputs, instances)
     for tray, load in sorted(loads.items()):
         process = load.ranks * per_rank
-        left = dram - r.host.os_gib - process - load.engram_gib - load.weights_gib
+        left = dram - r.host.reserved_gib - process - load.engram_gib - load.weights_gib \
+            - load.pods * ROUNDING_GIB
         wanted = dram * r.dram_fraction.value if r.kv_pool_dram.value else 0.0
         pool = round(max(0.0, min(wanted, left)), 3)
         if pool < wanted:
@@ -72,11 +81,12 @@ def host_memory(inputs: Inputs, instances: list[Instance]
                 path=f"kv_pool.segments.{tray}", value=f"{pool:g} GiB", source="rule:host-memory",
                 why=f"{r.dram_fraction.value:g} of {dram:g} GiB asked for, but the tray pins "
                     f"{load.engram_gib:.1f} GiB of Engram tables{offloaded} and "
-                    f"{process:.1f} GiB for "
-                    f"{load.ranks} engine ranks beside an OS reserve of {r.host.os_gib:.1f} GiB"))
+                    f"{process:.1f} GiB for {load.ranks} engine ranks beside a node reserve of "
+                    f"{r.host.reserved_gib:.1f} GiB (and {load.pods} GiB for {load.pods} pods' "
+                    "whole-GiB requests)"))
         out[tray] = HostMemory(pool_gib=pool, engram_gib=round(load.engram_gib, 3),
                                process_gib=round(process, 3),
-                               reserved_gib=round(r.host.os_gib, 3), capacity_gib=dram,
+                               reserved_gib=round(r.host.reserved_gib, 3), capacity_gib=dram,
                                weights_gib=round(load.weights_gib, 3))
     decisions += _uniform_per_rank(out, loads)
     return out, decisions

@@ -139,7 +139,7 @@ class HostMemory(OmitsOptional):
     pool_gib: float  # the Mooncake DRAM segment
     engram_gib: float  # Engram tables read from host memory
     process_gib: float  # engine processes and the store clients' transfer buffers
-    reserved_gib: float  # left to the OS and kubelet
+    reserved_gib: float  # not allocatable: the kubelet's reserves, DaemonSets (site.host)
     capacity_gib: float
     weights_gib: float = 0.0  # weights offloaded from the tray's GPUs (serving.weight_offload)
 
@@ -259,6 +259,7 @@ class Site(Frozen):
     pods: list[PodSize]  # sorted by instance id
     mooncake_segment_bytes: dict[str, int]  # tray -> global_segment_size of each rank there
     mooncake_local_buffer_bytes: int
+    host_reserved_gib: float  # per tray: its memory capacity less its allocatable
     frontend: Resources
     mooncake_master: Resources
 

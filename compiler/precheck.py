@@ -77,12 +77,12 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
 
 def _check_offload(inputs: Inputs) -> list[Diagnostic]:
     """Every GPU of a tray may offload what serving.weight_offload asks for: that must fit in
-    the tray's DRAM beside the OS reserve and the engine processes (compiler.host_memory)."""
+    the tray's DRAM beside the node reserve and the engine processes (compiler.host_memory)."""
     asked = inputs.deployment.spec.serving.weight_offload
     if asked is None:
         return []
     r, gpus = inputs.resolved, inputs.system.gpus_per_tray
-    room = r.dram_gib_per_tray.value - r.host.os_gib - gpus * r.host.process_gib_per_rank
+    room = r.dram_gib_per_tray.value - r.host.reserved_gib - gpus * r.host.process_gib_per_rank
     if gpus * asked.gib_per_gpu <= room:
         return []
     src = inputs.sources["deployment"]

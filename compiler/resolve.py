@@ -44,12 +44,13 @@ class Choice(Generic[T]):
 class HostReserve:
     """Host memory that is not the pool's, per tray (GiB)."""
 
-    os_gib: float  # kernel, kubelet, system daemons
+    reserved_gib: float  # capacity less allocatable: kubelet and system reserves, DaemonSets
     process_gib_per_rank: float  # one engine process: Python, CUDA host state, pinned staging
     mooncake_buffer_gib_per_rank: float  # the store client's transfer buffer
 
 
-OS_RESERVE_FRACTION = 0.05  # assumed: left to the OS and kubelet on each tray
+NODE_RESERVE_FRACTION = 0.10  # assumed: a GPU node's capacity less its allocatable memory
+NODE_RESERVE_MIN_GIB = 32.0  # assumed: the floor of that on small nodes
 PROCESS_GIB_PER_RANK = 24.0  # assumed: a vLLM rank's host RSS (weights staging, CUDA, Python)
 
 
@@ -76,6 +77,7 @@ class Resolved:
     workload: tuple[Choice[float], ...]  # the request mix: the profile's, or the user's
     objective_mode: Choice[str]
     routing_policy: Choice[str]
+    host_reserved_gib: Choice[float]  # per tray, not allocatable to pods
     host: HostReserve
     uses_draft: bool
     engines: Engines
@@ -208,6 +210,8 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
     backend = _attention(engines, m.architecture, m.attention.kind,
                          m.attention.indexer is not None, family)
     pool = s.kv_pool
+    reserved = _node_reserve(dep.spec.site.host.reserved_gib_per_tray,
+                             hw.dram_gib_per_tray or system.tray.dram_gib.value)
     return Resolved(
         kv_cache_dtype=kv, max_model_len=length,
         block_size=_block_size(engines, backend.value, s.block_size),
@@ -243,8 +247,9 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
                              "throughput under the SLO is the default objective"),
         routing_policy=_user(src, "serving.routing", s.routing.policy,
                              "KV-aware routing: least uncached work (SYSTEM.md)"),
-        host=HostReserve(OS_RESERVE_FRACTION * (hw.dram_gib_per_tray or system.tray.dram_gib.value),
-                         PROCESS_GIB_PER_RANK, engines.mooncake.store.local_buffer_gib.value),
+        host_reserved_gib=reserved,
+        host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
+                         engines.mooncake.store.local_buffer_gib.value),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
         engines=engines,
         digest=_digest(digest, dep, hardware, model),
@@ -266,6 +271,24 @@ def _workload(dep: DeploymentV1) -> tuple[Choice[float], ...]:
                    Choice(f"workload.{name}", float(fact.value), "catalog",
                           f"the {profile.name} profile: {fact.source}"))
     return tuple(out)
+
+
+def _node_reserve(given: float | None, dram_gib: float) -> Choice[float]:
+    """Host memory of a tray the scheduler does not hand to pods: its capacity less its
+    allocatable."""
+    path = "site.host.reserved_gib_per_tray"
+    if given is not None:
+        return Choice(path, float(given), "user", "written in the deployment")
+    value = round(max(NODE_RESERVE_MIN_GIB, NODE_RESERVE_FRACTION * dram_gib), 3)
+    return Choice(path, value, "default",
+                  f"assumed: max({NODE_RESERVE_MIN_GIB:g} GiB, {NODE_RESERVE_FRACTION:g} x "
+                  f"{dram_gib:g} GiB): pods are placed against allocatable, which is capacity "
+                  "less kube- and system-reserved and the eviction threshold (kubelet), less "
+                  "what the GPU nodes' DaemonSets take (GPU operator: driver, toolkit, DCGM; "
+                  "DRA driver, IMEX, network operator); GKE's kubelet reserve table (25% of "
+                  "the first 4 GiB down to 2% above 128 GiB) keeps about 27 GiB of a 1 TiB "
+                  "node, the rest is left to the DaemonSets and page cache; give the site's "
+                  "own figure (capacity - allocatable of `kubectl describe node`)")
 
 
 def _override(path: str, given: float | None, fact) -> Choice[float]:

@@ -158,6 +158,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         priority_class=cfg.scheduling.priority_class,
         pods=pods, mooncake_segment_bytes=pool,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
+        host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER)
 
 

@@ -98,11 +98,19 @@ class Scheduling(StrictModel):
 
 
 class HostSizing(StrictModel):
-    """Engine pods' CPU and /dev/shm (their memory is the plan's host budget)."""
+    """Engine pods' CPU and /dev/shm (their memory is the plan's host budget), and the share of
+    each tray's memory that pods cannot have."""
 
     cpu_per_gpu: count(1024) = Field(8, description="Cores per GPU rank (assumed)")
     shm_gib: amount(65536.0) = Field(
         8.0, description="/dev/shm besides shared Engram tables (the Dynamo operator's default)")
+    reserved_gib_per_tray: amount(65536.0) | None = Field(
+        None, description="Host memory of a tray the scheduler does not give to pods: its "
+                          "capacity less its allocatable (kube-reserved, system-reserved, the "
+                          "eviction threshold) less what the GPU nodes' DaemonSets request "
+                          "(GPU operator, DRA driver, IMEX, network operator). The host budget "
+                          "fits engine pods and pool segments in the rest; default: 10% of "
+                          "the tray's DRAM, at least 32 GiB (assumed)")
 
 
 class Secrets(StrictModel):

@@ -172,7 +172,10 @@ def engine_env(plan: Plan, component: Component) -> dict[str, str]:
         env |= {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
                 "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
     if pool_enabled(plan) and multi_node_nvlink(plan, component.instances[0]):
-        env["WITH_NVIDIA_PEERMEM"] = "0"  # DMA-BUF registration on Grace/Vera (KUBERNETES.md 6.2)
+        # Mooncake's transfer engine reads it (mooncake-common/src/environ.cpp, default true:
+        # ibv_reg_mr through nvidia-peermem); 0 registers GPU memory by DMA-BUF
+        # (rdma_context.cpp), the path on Grace/Vera (KUBERNETES.md 6.2)
+        env["WITH_NVIDIA_PEERMEM"] = "0"
     return dict(sorted(env.items()))
 
 

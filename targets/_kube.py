@@ -147,9 +147,22 @@ def node_affinity(plan: Plan, node_names: tuple[str, ...]) -> V1Affinity:
             node_selector_terms=terms)))
 
 
+def off_rack_affinity(plan: Plan) -> V1Affinity:
+    """CPU-only pods (frontend, Mooncake master, router) keep off every tray of the rack
+    manifest, whose host memory the engine pods' requests already fill; by node name, which is
+    exact (GPU nodes need not be tainted, so a toleration alone would not keep them off). One
+    term, one requirement per tray (ANDed): a field selector takes one value."""
+    return V1Affinity(node_affinity=V1NodeAffinity(
+        required_during_scheduling_ignored_during_execution=V1NodeSelector(
+            node_selector_terms=[V1NodeSelectorTerm(match_fields=[
+                V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=[n])
+                for n in sorted(t.node_name for t in plan.hardware.trays)])])))
+
+
 def tolerations(plan: Plan) -> list[V1Toleration] | None:
     """The site's tolerations, on every pod: GPU pods need them, and the CPU-only ones (frontend,
-    master, router) may then also run where only GPU nodes have the image's architecture."""
+    master, router) may then also run on GPU nodes outside the rack, where only those have the
+    image's architecture."""
     return [V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
             for t in plan.site.tolerations] or None
 
@@ -299,7 +312,7 @@ def mooncake_objects(plan: Plan) -> list[dict]:
         liveness_probe=V1Probe(tcp_socket=rpc, initial_delay_seconds=30, period_seconds=20),
         volume_mounts=[V1VolumeMount(name="config", mount_path=_mooncake.CONFIG_DIR,
                                      read_only=True)])
-    pod = V1PodSpec(containers=[container],
+    pod = V1PodSpec(containers=[container], affinity=off_rack_affinity(plan),
                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
                     priority_class_name=plan.site.priority_class,
                     tolerations=tolerations(plan),

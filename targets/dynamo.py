@@ -82,7 +82,7 @@ def frontend_component(plan: Plan) -> dict:
         resources=_kube.requirements(plan, plan.site.frontend),
         volume_mounts=[V1VolumeMount(name=_kube.MODEL_CACHE_VOLUME,
                                      mount_path=plan.site.model_cache.mount_path)])
-    spec = V1PodSpec(containers=[container],
+    spec = V1PodSpec(containers=[container], affinity=_kube.off_rack_affinity(plan),
                      node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
                      priority_class_name=plan.site.priority_class,
                      tolerations=_kube.tolerations(plan),

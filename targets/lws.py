@@ -160,6 +160,7 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
         resources=_kube.requirements(plan, plan.site.frontend))
     pod = V1PodSpec(service_account_name=name, containers=[container],
+                    affinity=_kube.off_rack_affinity(plan),
                     priority_class_name=plan.site.priority_class,
                     tolerations=_kube.tolerations(plan),
                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch})

@@ -64,7 +64,8 @@ def is_rdma(resource: str, plan: Plan) -> bool:
 def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     """The schedulable nodes: trays that are available; GPUs less the unavailable ones; host
     memory of the tray (the rack manifest's override, else the catalog's); the tray's RDMA
-    devices under each RDMA resource name `requested` (is_rdma). Labels: the manifest's
+    devices under each RDMA resource name `requested` (is_rdma). Memory is the allocatable:
+    the tray's less the site's node reserve (`Plan.site.host_reserved_gib`). Labels: the manifest's
     `node_labels` (less values GPU Feature Discovery cannot write), and those the kubelet sets
     whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`, and
     `kubernetes.io/hostname` where the site says it is the node name). A mixed fleet: each
@@ -80,6 +81,7 @@ def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
               if k not in GFD_FORMATS or GFD_FORMATS[k].fullmatch(v)}
     labels.update({"kubernetes.io/arch": hw.arch, **OS_LABELS})
     site = _site(plan)
+    allocatable = Fraction(dram_gib) - Fraction(site.host_reserved_gib if site else 0)
     hostname = site is not None and site.pin_by_hostname  # the user says they are equal
     down = set(hw.unavailable_gpus)
     out = []
@@ -87,7 +89,7 @@ def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
         if not tray.available:
             continue
         capacity = {GPU: Fraction(sum(1 for g in tray.gpus if g not in down)),
-                    MEMORY: Fraction(dram_gib) * 2**30}
+                    MEMORY: allocatable * 2**30}
         if cores:
             capacity[CPU] = Fraction(cores)
         for name in requested:
@@ -249,6 +251,31 @@ def _term_matches(term: dict[str, Any], node: Node, assume_owned: bool) -> str |
     return None
 
 
+def _required_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}) \
+        .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return list(affinity.get("nodeSelectorTerms") or [])
+
+
+def bad_field_selectors(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Required-affinity field selectors with In/NotIn and other than one value, which the API
+    server rejects (core validation ValidateNodeFieldSelectorRequirement: "must be only one
+    value when `operator` is 'In' or 'NotIn' for node field selector")."""
+    return [e for t in _required_terms(spec) for e in t.get("matchFields") or []
+            if e.get("operator") in ("In", "NotIn") and len(e.get("values") or []) != 1]
+
+
+def excluded_names(spec: dict[str, Any]) -> set[str]:
+    """The node names every term of the pod's required node affinity excludes by field
+    (`metadata.name NotIn [...]`): where it says it must not run."""
+    terms = _required_terms(spec)
+    if not terms:
+        return set()
+    return set.intersection(*({str(v) for e in t.get("matchFields") or []
+                               if e.get("key") == "metadata.name" and e.get("operator") == "NotIn"
+                               for v in e.get("values") or []} for t in terms))
+
+
 def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> str | None:
     """None when the pod's nodeSelector and required node affinity admit the node, else the
     first requirement that does not. `assume_owned`: see _label (the placement rules use it,
@@ -257,9 +284,7 @@ def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> st
         label = _label(node, key, assume_owned)
         if label is not _ASSUMED and label != str(value):
             return f"nodeSelector {key}={value}"
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}) \
-        .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = affinity.get("nodeSelectorTerms")
+    terms = _required_terms(spec)
     if terms:
         failures = [_term_matches(t, node, assume_owned) for t in terms]
         if all(failures):
@@ -273,9 +298,7 @@ HOSTNAME = "kubernetes.io/hostname"
 def _pinned_hosts(spec: dict[str, Any]) -> set[str] | None:
     """The hostnames a required node affinity allows when every term pins them (`hostname In
     [...]`), else None: the pre-filter below is sound only then."""
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}) \
-        .get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = affinity.get("nodeSelectorTerms")
+    terms = _required_terms(spec)
     if not terms:
         return None
     hosts: set[str] = set()

@@ -20,7 +20,13 @@ Rules and where their facts come from:
   distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py).
 - selector-matches-node: every nodeSelector and required node affinity admits a node of the
   rack manifest, with the labels known there (the manifest's node_labels, kubernetes.io/arch,
-  kubernetes.io/os; metadata.name as a field).
+  kubernetes.io/os; metadata.name as a field), unless it excludes every one by name
+  (`metadata.name NotIn`): such a pod runs off the rack. A field selector with In or NotIn takes
+  exactly one value (Kubernetes core validation, ValidateNodeFieldSelectorRequirement).
+- cpu-pods-off-trays: pods that request no GPU (frontend, Mooncake master, router) keep off the
+  rack's trays: the engine pods' memory requests fill a tray's allocatable (the host budget), so
+  a CPU pod there takes what a pinned worker needs, or leaves it Pending. GPU nodes need not be
+  tainted, so a GPU toleration does not keep them off; a required `metadata.name NotIn` does.
 - connector-env: NixlConnector advertises VLLM_NIXL_SIDE_CHANNEL_HOST (vLLM default
   `localhost`, which no peer reaches); Dynamo 1.6.1 fills it in only when the connector is
   NixlConnector or PdConnector, not a MultiConnector member (dynamo/vllm/args.py
@@ -116,8 +122,18 @@ def selector_matches_node(ctx: Context) -> list[Finding]:
     out = []
     bad_values = {k: v for hw in ctx.plan.fleet for k, v in hw.node_labels.items()
                   if k in pods.GFD_FORMATS and not pods.GFD_FORMATS[k].fullmatch(v)}
+    names = {n.name for n in ctx.nodes}
     for b in ctx.bundles:
         for g in b.groups:
+            for e in pods.bad_field_selectors(g.spec):
+                out.append(Finding(
+                    "selector-matches-node", g.obj.file, g.obj.line_at(g.path), g.where,
+                    "one value in a matchFields requirement with In or NotIn (the API server "
+                    "rejects more)", f"{e.get('key')} {e.get('operator')} {e.get('values', [])}",
+                    "give one requirement per node name: ANDed in a term for NotIn, one term "
+                    "each for In"))
+            if names <= pods.excluded_names(g.spec):
+                continue  # kept off the rack on purpose (cpu-pods-off-trays)
             if g.pods and not pods.eligible(g.spec, ctx.nodes) and ctx.nodes:
                 why = pods.mismatch(g.spec, ctx.nodes[0]) or "?"
                 hint = _label_hint(why)
@@ -130,6 +146,23 @@ def selector_matches_node(ctx: Context) -> list[Finding]:
                                    "a node selection that admits a node of the rack manifest",
                                    f"{why}, which no node of {_names(ctx.nodes)} is known "
                                    "to match", hint))
+    return out
+
+
+def cpu_pods_off_trays(ctx: Context) -> list[Finding]:
+    out = []
+    for b in ctx.bundles:
+        for g in b.groups:
+            if not g.pods or pods.demand(g.spec).get(pods.GPU, 0) > 0:
+                continue
+            on = [n for n in ctx.nodes if pods.mismatch(g.spec, n, assume_owned=True) is None]
+            if on:
+                out.append(Finding(
+                    "cpu-pods-off-trays", g.obj.file, g.obj.line_at(g.path), g.where,
+                    "a pod without GPUs kept off the rack's trays, whose allocatable memory the "
+                    "engine pods' requests fill", f"it may run on {_names(on)}",
+                    "add a required nodeAffinity term with matchFields metadata.name NotIn "
+                    "the trays' node names (a GPU taint alone need not exist)"))
     return out
 
 
@@ -593,12 +626,14 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "connector-env": "E828",
     "rdma-transport": "E829",
     "engine-capability": "E830",
+    "cpu-pods-off-trays": "E831",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
 # Each check and the rules it can break: only those a caller asks for are run.
 CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = (
     (selector_matches_node, frozenset({"selector-matches-node"})),
+    (cpu_pods_off_trays, frozenset({"cpu-pods-off-trays"})),
     (placement_rules, _PLACEMENT),
     (script_ports, frozenset({"host-ports-per-node"})),
     (undeclared_ports, frozenset({"host-ports-per-node"})),

@@ -124,6 +124,21 @@ def test_what_a_tray_pins_fits_in_its_host_memory(example: str):
     assert pool == {t: h.pool_gib for t, h in plan.host_memory.items()}
 
 
+@pytest.mark.parametrize("example", [VR, GB300, H200])
+def test_pods_memory_requests_fit_the_trays_allocatable(example: str):
+    """The GB300 prefill trays asked 2 x 425 GiB of 894 GiB: within capacity, over what the
+    scheduler allocates once the kubelet's reserves and the GPU nodes' DaemonSets are off."""
+    plan = compiled_plan(example)
+    reserve = plan.site.host_reserved_gib
+    [decision] = [d for d in plan.decisions if d.path == "site.host.reserved_gib_per_tray"]
+    assert decision.why.startswith("assumed") and float(decision.value) == reserve
+    size = {p.instance: p.resources.memory_gib for p in plan.site.pods}
+    for tray, h in plan.host_memory.items():
+        assert h.reserved_gib == reserve == pytest.approx(max(32.0, 0.1 * h.capacity_gib))
+        asked = sum(size[i.id] for i in plan.instances if tray in i.trays)
+        assert asked <= h.capacity_gib - reserve, tray
+
+
 def test_gb300_prefill_trays_trim_the_pool_and_say_so():
     plan = compiled_plan(GB300)
     prefill_trays = {t for i in plan.instances if i.role == "prefill" for t in i.trays}

@@ -147,7 +147,7 @@ def kv_pool(trays: list[str], dram_gib: float) -> KvPool:
 def host(instances: list[Instance], model: ModelInfo, pool_gib: float, capacity: float
          ) -> dict[str, HostMemory]:
     """Per tray: the pool segment, one host copy of the Engram tables per host-Engram instance,
-    the ranks' processes, 5% for the OS."""
+    the ranks' processes, the node reserve (10% of DRAM, at least 32 GiB)."""
     tables = model.engram_tables * model.engram_table_bytes / GIB
     out = {}
     for tray in sorted({t for i in instances for t in i.trays}):
@@ -156,12 +156,13 @@ def host(instances: list[Instance], model: ModelInfo, pool_gib: float, capacity:
         engram = tables * sum(1 for i in on if i.engram == "host")
         out[tray] = HostMemory(pool_gib=pool_gib, engram_gib=round(engram, 3),
                                process_gib=ranks * HOST_PROCESS_GIB,
-                               reserved_gib=round(0.05 * capacity, 3), capacity_gib=capacity)
+                               reserved_gib=round(max(32.0, 0.1 * capacity), 3),
+                               capacity_gib=capacity)
     return out
 
 
 def host_reserve(capacity: float) -> HostReserve:
-    return HostReserve(os_gib=0.05 * capacity, process_gib_per_rank=HOST_ENGINE_GIB,
+    return HostReserve(reserved_gib=max(32.0, 0.1 * capacity), process_gib_per_rank=HOST_ENGINE_GIB,
                        mooncake_buffer_gib_per_rank=MOONCAKE_BUFFER_GIB)
 
 

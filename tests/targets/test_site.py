@@ -422,12 +422,34 @@ def test_defect_21_no_deprecated_router_flag_at_its_default(case):
 
 
 @pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("fixture")))
-def test_memory_requests_of_a_tray_fit_its_dram(case):
-    """Compiled plans: the pool segment takes what the pods leave, so they fit the node."""
+def test_memory_requests_of_a_tray_fit_its_allocatable(case):
+    """Compiled plans: the pool segment takes what the pods leave, so they fit what the
+    scheduler allocates (the tray's DRAM less the site's node reserve)."""
     plan = plan_of(case)
     per_tray = Counter()
     for pod in plan.site.pods:
         for t in plan.instance(pod.instance).trays:
             per_tray[t] += pod.resources.memory_gib
     for t, gib in per_tray.items():
-        assert gib <= catalog.system(plan.hardware_of(t).system).tray.dram_gib.value, t
+        dram = catalog.system(plan.hardware_of(t).system).tray.dram_gib.value
+        assert gib <= dram - plan.site.host_reserved_gib, t
+
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cpu_only_pods_keep_off_every_tray(case):
+    """Frontend, Mooncake master and router had only the arch selector and the GPU
+    toleration, so they could land on a tray and take memory the pinned workers need."""
+    trays = sorted(t.node_name for t in plan_of(case).hardware.trays)
+    seen = set()
+    for folder in BUNDLES:
+        for template in pod_templates(files(case), folder):
+            if "nvidia.com/gpu" in main_of(template)["resources"].get("limits", {}):
+                continue
+            [term] = template["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            # the API takes one value per field selector: one NotIn a tray, ANDed in one term
+            assert term == {"matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": [t]} for t in trays]}
+            seen.add(main_of(template)["name"])
+    assert {"main", "master"} <= seen

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compiler import site
+from compiler import resolve, site
 from schemas.site import Images, ModelCache
 
 
@@ -41,3 +41,15 @@ def test_engine_ready_timeout_is_whole_minutes():
 def test_models_without_catalog_parsers_get_none():
     parsers = site.parsers("my-imported-model")
     assert parsers.vllm_tool_call is None and parsers.dynamo_reasoning is None
+
+
+@pytest.mark.parametrize("given, dram, reserve, source", [
+    (None, 894.0, 89.4, "default"),  # GB300 tray: 10%
+    (None, 128.0, 32.0, "default"),  # a small node: the 32 GiB floor
+    (120.0, 894.0, 120.0, "user"),
+])
+def test_node_reserve_is_the_sites_or_an_assumed_share(given, dram, reserve, source):
+    choice = resolve._node_reserve(given, dram)
+    assert (choice.value, choice.source) == (reserve, source)
+    assert choice.path == "site.host.reserved_gib_per_tray"
+    assert given is not None or choice.why.startswith("assumed")

@@ -24,11 +24,12 @@ def fired(plan, files, rule: str, folder: str = "k8s/") -> list[rules.Finding]:
 
 
 def pin(spec: dict, nodes: list[str]) -> None:
-    """Run the pods on these nodes only, by node name."""
+    """Run the pods on these nodes only, by node name (one term each: a field selector takes
+    one value)."""
     spec.pop("nodeSelector", None)
     spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": nodes}]}]}}}
+            {"key": "metadata.name", "operator": "In", "values": [n]}]} for n in nodes]}}}
 
 
 def node_names(plan, count: int) -> list[str]:
@@ -160,7 +161,22 @@ def test_memory_per_node():
     assert not fired(plan, files, "node-memory")
     _sized(plan, files, memory(2000))  # a Vera tray has 1397 GiB (catalog)
     [finding] = fired(plan, files, "node-memory")
-    assert "4000 GiB asked" in finding.got and "offer 2794 GiB" in finding.got
+    # the offer is the allocatable: 1397 GiB less the site's node reserve (10%) per tray
+    assert "4000 GiB asked" in finding.got and "offer 2514.6 GiB" in finding.got
+
+
+def test_memory_is_checked_against_allocatable_not_capacity():
+    """Requests within a tray's capacity but over its allocatable (capacity less the kubelet's
+    reserves and the GPU nodes' DaemonSets, site.host.reserved_gib_per_tray) stay Pending."""
+    plan, files = compiled(VR)
+    reserve = plan.site.host_reserved_gib
+    per_pod = 1397 - reserve / 2  # one pod a tray: over its allocatable, within its capacity
+
+    def memory(spec):
+        main(spec)["resources"].setdefault("requests", {}).update(memory=f"{per_pod:g}Gi")
+    _sized(plan, files, memory)
+    [finding] = fired(plan, files, "node-memory")
+    assert f"offer {2 * (1397 - reserve):g} GiB" in finding.got
 
 
 def test_rdma_devices_per_node():
@@ -277,7 +293,8 @@ def test_selectors_must_match_a_node_of_the_manifest(selector, why):
 
 def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
     plan, _ = compiled(VR)
-    site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"))
+    site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"),
+                           host_reserved_gib=0.0)
     with_site = SimpleNamespace(hardware=plan.hardware, fleet=plan.fleet, site=site)
     [first, *_] = pods.nodes(with_site, ("rdma/ib", "rdma/other"))
     assert first.labels["kubernetes.io/hostname"] == first.name
@@ -293,7 +310,57 @@ def test_node_labels_of_the_manifest_match():
     assert not fired(plan, files, "selector-matches-node")
 
 
-# --- connector-env --------------------------------------------------------------------------
+# --- cpu-pods-off-trays ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "kind", "name"), [
+    (DGD, "DynamoGraphDeployment", "frontend"), ("k8s/mooncake.yaml", "Deployment", "master"),
+    ("lws/mooncake.yaml", "Deployment", "master")])
+def test_cpu_pods_keep_off_the_trays(path, kind, name):
+    """The frontend and the Mooncake master had only the arch selector and the GPU toleration:
+    on a tray they take memory the pinned workers' requests count on."""
+    plan, files = compiled(GB300)
+    assert not fired(plan, files, "cpu-pods-off-trays", folder="")
+    assert not fired(plan, files, "selector-matches-node", folder="")
+
+    def drop(doc: dict) -> None:
+        if kind == "Deployment":
+            doc["spec"]["template"]["spec"].pop("affinity")
+        else:
+            component(doc, name)["podTemplate"]["spec"].pop("affinity")
+    edit(files, path, kind, "" if kind != "Deployment" else name, drop)
+    [finding] = fired(plan, files, "cpu-pods-off-trays", folder="")
+    assert finding.file == path and "gb300-a-t00 .. gb300-a-t17 (18)" in finding.got
+    assert "metadata.name NotIn" in finding.hint
+
+
+def test_an_affinity_that_excludes_one_tray_only_still_admits_the_rest():
+    plan, files = compiled(GB300)
+
+    def keep_off_one(dgd: dict) -> None:
+        [term] = component(dgd, "frontend")["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        term["matchFields"] = term["matchFields"][:1]  # NotIn gb300-a-t00 only
+    edit(files, DGD, "DynamoGraphDeployment", "", keep_off_one)
+    [finding] = fired(plan, files, "cpu-pods-off-trays")
+    assert "gb300-a-t01 .. gb300-a-t17 (17)" in finding.got
+
+
+def test_a_field_selector_takes_one_value():
+    """The API server rejects `metadata.name NotIn [a, b]`: one value per field selector."""
+    plan, files = compiled(GB300)
+
+    def merge(dgd: dict) -> None:
+        [term] = component(dgd, "frontend")["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        names = [v for e in term["matchFields"] for v in e["values"]]
+        term["matchFields"] = [{"key": "metadata.name", "operator": "NotIn", "values": names}]
+    edit(files, DGD, "DynamoGraphDeployment", "", merge)
+    [finding] = fired(plan, files, "selector-matches-node")
+    assert "frontend" in finding.where and "metadata.name NotIn" in finding.got
+    assert not fired(plan, files, "cpu-pods-off-trays")  # it still says: off every tray
+
+
+# --- connector-env ------------------------------------------------------------------------------
 
 def _env(spec: dict) -> list[dict]:
     return main(spec).setdefault("env", [])
