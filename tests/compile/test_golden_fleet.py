@@ -7,7 +7,7 @@ import pytest
 from compiler.plan import Plan
 from tests.invariants import check_plan
 from tests.targets.fixtures import FLEET_EXAMPLES, compiled_plan
-from tests.targets.test_golden import GOLDEN, differences, golden_files, rewrite
+from tests.targets.test_golden import GOLDEN, check_golden
 
 pytestmark = pytest.mark.golden
 
@@ -37,9 +37,4 @@ def test_fleet_golden(case: str, update_goldens: bool):
     assert plan.solver.status == "OPTIMAL"
     folder = GOLDEN / case / "summary"
     actual = {"summary/summary.txt": summary(plan)}
-    found = differences(golden_files(folder), actual)
-    if update_goldens:
-        rewrite(folder, actual)
-        pytest.fail(f"rewrote {folder.relative_to(GOLDEN.parent)} ({len(found)} differences); "
-                    "rerun without --update-goldens")
-    assert not found, "\n".join(found)
+    check_golden(folder, actual, update_goldens)

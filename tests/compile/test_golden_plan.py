@@ -6,7 +6,7 @@ import pytest
 from compiler.plan import dump_plan
 from targets.report import emit as emit_report
 from tests.targets.fixtures import EXAMPLE_CASES
-from tests.targets.test_golden import GOLDEN, differences, golden_files, rewrite
+from tests.targets.test_golden import GOLDEN, check_golden
 
 pytestmark = pytest.mark.golden
 
@@ -24,12 +24,7 @@ def _text(case: str, target: str) -> dict[str, str]:
 def test_golden(case: str, target: str, update_goldens: bool):
     folder = GOLDEN / case / target
     actual = _text(case, target)
-    found = differences(golden_files(folder), actual)
-    if update_goldens:
-        rewrite(folder, actual)
-        pytest.fail(f"rewrote {folder.relative_to(GOLDEN.parent)} ({len(found)} differences); "
-                    "rerun without --update-goldens")
-    assert not found, "\n".join(found)
+    check_golden(folder, actual, update_goldens)
 
 
 @pytest.mark.parametrize("case", sorted(EXAMPLE_CASES))

@@ -4,6 +4,7 @@ The tests check the emitted text, not the targets' internals, so these readers a
 place that knows the file layouts.
 """
 
+import functools
 import shlex
 import subprocess
 from collections.abc import Mapping
@@ -20,6 +21,19 @@ CUSTOM_GROUPS = ("nvidia.com", "resource.nvidia.com", "leaderworkerset.x-k8s.io"
 
 def emit_all(plan: Plan) -> dict[str, str]:
     return {path: text for emit in TARGETS.values() for path, text in emit(plan).items()}
+
+
+@functools.cache
+def case_plan(case: str) -> Plan:
+    """The plan of one of fixtures.ALL_CASES, made once per test session."""
+    from tests.targets.fixtures import ALL_CASES
+
+    return ALL_CASES[case]()
+
+
+@functools.cache
+def case_files(case: str) -> dict[str, str]:
+    return emit_all(case_plan(case))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
 """What the targets emit agrees with the plan and with itself: GPUs, ranks, batch limits,
 memory budgets, names, placement; the same output every time; YAML that reloads unchanged."""
 
-import functools
 import json
 from collections import Counter
 
@@ -19,14 +18,7 @@ CASES = sorted(ALL_CASES)
 BUNDLES = ("k8s", "lws")
 
 
-@functools.cache
-def plan_of(case: str) -> Plan:
-    return ALL_CASES[case]()
-
-
-@functools.cache
-def files(case: str) -> dict[str, str]:
-    return emitted.emit_all(plan_of(case))
+plan_of, files = emitted.case_plan, emitted.case_files
 
 
 def planned_gpus(plan: Plan) -> int:

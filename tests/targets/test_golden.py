@@ -50,14 +50,20 @@ def rewrite(folder: Path, actual: dict[str, str]) -> None:
         target.write_text(text)
 
 
+def check_golden(folder: Path, actual: dict[str, str], update_goldens: bool) -> None:
+    """Fail with the differences from the golden folder; with --update-goldens, rewrite it
+    and still fail."""
+    found = differences(golden_files(folder), actual)
+    if update_goldens:
+        rewrite(folder, actual)
+        pytest.fail(f"rewrote {folder.relative_to(GOLDEN.parent)} ({len(found)} differences); "
+                    "rerun without --update-goldens")
+    assert not found, "\n".join(found)
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_golden(case, target, update_goldens):
     folder = GOLDEN / case / target
     actual = TARGETS[target](GOLDEN_CASES[case]())
-    found = differences(golden_files(folder), actual)
-    if update_goldens:
-        rewrite(folder, actual)
-        pytest.fail(f"rewrote {folder.relative_to(GOLDEN.parent)} "
-                    f"({len(found)} differences); rerun without --update-goldens")
-    assert not found, "\n".join(found)
+    check_golden(folder, actual, update_goldens)

@@ -1,7 +1,6 @@
 """What the cluster decides (`spec.site`, the plan's `site`) reaches every pod, and the bundle
 defects of issue 10 section 3 stay fixed: each test names the defect it guards."""
 
-import functools
 import json
 import math
 from collections import Counter
@@ -19,14 +18,7 @@ BUNDLES = ("k8s", "lws")
 GIB = 1024**3
 
 
-@functools.cache
-def plan_of(case: str) -> Plan:
-    return ALL_CASES[case]()
-
-
-@functools.cache
-def files(case: str) -> dict[str, str]:
-    return emitted.emit_all(plan_of(case))
+plan_of, files = emitted.case_plan, emitted.case_files
 
 
 def with_site(plan: Plan, cfg: Site) -> Plan:
