@@ -46,10 +46,14 @@ class GpuBudget:
         return self.utilization * self.capacity_gib
 
     @property
+    def fixed_gib(self) -> float:
+        """What the budget holds whatever the load: weights, Engram, workspace."""
+        return self.weights_gib + self.engram_gib + self.workspace_gib
+
+    @property
     def spare_gib(self) -> float:
-        """Budget left beyond weights, Engram, workspace and one maximum-length request."""
-        return self.budget_gib - self.weights_gib - self.engram_gib - self.workspace_gib \
-            - self.kv_min_gib
+        """Budget left beyond the fixed parts and one maximum-length request."""
+        return self.budget_gib - self.fixed_gib - self.kv_min_gib
 
     @property
     def fits(self) -> bool:
@@ -62,14 +66,12 @@ class GpuBudget:
     @property
     def kv_gib(self) -> float:
         """The KV cache: everything left in the budget (less what the HBM pool takes)."""
-        return self.budget_gib - self.weights_gib - self.engram_gib - self.workspace_gib \
-            - self.pool_gib
+        return self.budget_gib - self.fixed_gib - self.pool_gib
 
     @property
     def total_gib(self) -> float:
         """What the GPU must hold at least: the reserve, the budget's fixed parts, one request."""
-        return self.reserved_gib + self.weights_gib + self.engram_gib + self.workspace_gib \
-            + self.kv_min_gib
+        return self.reserved_gib + self.fixed_gib + self.kv_min_gib
 
 
 def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
