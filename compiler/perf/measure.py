@@ -19,9 +19,11 @@ attention, causal prefill attention, and copies of 1 MiB to 8 GiB.
 expert; decode attention at batch 1-4 over 16-1024 cached tokens, MLA's 576-wide latent
 heads included; copies of 1 KiB to 1 MiB) and the elementwise kernels around a layer's GEMMs
 over a size sweep of 1 to 32k tokens: RMSNorm, residual add + RMSNorm, SiLU x mul and the
-router's top-k + softmax. Add + RMSNorm and SiLU x mul are timed both as PyTorch's separate
-kernels and fused by ``torch.compile`` (one Triton kernel, as engines fuse them), and the
-faster is kept. Every call is inside a CUDA graph, as engines decode.
+router's top-k + softmax, and the engine kernels of compiler/perf/engine_kernels.py (q/k norm
++ RoPE, align + permute of the routed rows, the weighted un-permute sum). Add + RMSNorm and
+SiLU x mul are timed both as PyTorch's separate kernels and fused by ``torch.compile`` (one
+Triton kernel, as engines fuse them), top-k + softmax as PyTorch's two kernels and as one
+Triton kernel, and the faster is kept. Every call is inside a CUDA graph, as engines decode.
 
 How:
 * Inputs are random (zeros run measurably faster), generated on the GPU from a fixed seed.
@@ -71,6 +73,8 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from compiler.perf import engine_kernels
 
 SCHEMA = "rackc.calibration.raw/v1"
 
@@ -150,6 +154,8 @@ FLOOR_TOKENS = (1, 8, 64, 512, 4096, 32768)
 FLOOR_HIDDEN = (2048, 4096, 7168)
 FLOOR_ACT_WIDTH = (768, 1408, 14336)  # SiLU x mul on [tokens, width] (gate+up halves)
 FLOOR_ROUTER = ((128, 8), (64, 6), (8, 2), (256, 8))  # (experts, top_k)
+FLOOR_QK = ((32, 4, 128, True), (32, 8, 128, False))  # q / kv heads, head_dim, q/k norm
+FLOOR_MOE_ROWS = ((128, 8, 2048), (8, 2, 4096))  # experts, top_k, hidden: permute, moe_sum
 FLOOR_COPY_BYTES = tuple(1 << p for p in range(10, 21, 2))  # 1 KiB .. 1 MiB
 
 # ---------------------------------------------------------------------------------------
@@ -245,6 +251,14 @@ def elementwise_grid() -> Iterator[Query]:
         for experts, top_k in FLOOR_ROUTER:
             yield {"op": "topk_softmax", "dtype": "bf16", "tokens": tokens, "experts": experts,
                    "top_k": top_k}
+        for q_heads, kv_heads, head_dim, norm in FLOOR_QK:
+            yield {"op": "qk_norm_rope", "dtype": "bf16", "tokens": tokens, "q_heads": q_heads,
+                   "kv_heads": kv_heads, "head_dim": head_dim, "norm": norm}
+        for experts, top_k, hidden in FLOOR_MOE_ROWS:
+            yield {"op": "moe_permute", "dtype": "bf16", "tokens": tokens, "experts": experts,
+                   "top_k": top_k, "hidden": hidden}
+            yield {"op": "moe_sum", "dtype": "bf16", "tokens": tokens, "top_k": top_k,
+                   "hidden": hidden}
 
 
 def floor_grid() -> list[Query]:
@@ -287,6 +301,12 @@ ELEMENTWISE_BYTES: dict[str, Callable[[Query], int]] = {
     "add_rms_norm": lambda q: 4 * q["tokens"] * q["hidden"] * 2,  # x, residual in; both out
     "silu_mul": lambda q: 3 * q["tokens"] * q["width"] * 2,  # gate, up in; product out
     "topk_softmax": lambda q: q["tokens"] * (q["experts"] * 2 + q["top_k"] * 12),
+    # q and k read from the fused QKV output and written back, bf16
+    "qk_norm_rope": lambda q: 2 * q["tokens"] * (q["q_heads"] + q["kv_heads"]) * q["head_dim"]
+    * 2,
+    # each token's row read once (its other copies hit the L2), every routed copy written
+    "moe_permute": lambda q: q["tokens"] * (q["top_k"] + 1) * q["hidden"] * 2,
+    "moe_sum": lambda q: q["tokens"] * (q["top_k"] + 1) * q["hidden"] * 2,  # K rows in, 1 out
 }
 
 
@@ -542,7 +562,49 @@ def topk_softmax_tiers(q: Query) -> Tiers:
 
         return call
 
-    return [[("topk + softmax", plain)]]
+    def triton() -> Call:
+        logits = rand(tokens, experts)
+        return lambda: engine_kernels.topk_softmax(logits, top_k, False)[0]
+
+    return [[("topk + softmax", plain), ("Triton topk_softmax (one kernel)", triton)]]
+
+
+def qk_norm_rope_tiers(q: Query) -> Tiers:
+    """Per-head q/k RMSNorm and RoPE over a fused QKV output, one kernel (engine_kernels)."""
+    tokens, qh, kvh, hd = q["tokens"], q["q_heads"], q["kv_heads"], q["head_dim"]
+
+    def triton() -> Call:
+        qkv = rand(tokens, (qh + 2 * kvh) * hd)
+        qn, kn = (rand(hd), rand(hd)) if q["norm"] else (None, None)
+        cos, sin = (torch.rand(tokens, hd // 2, device="cuda") for _ in range(2))
+        return lambda: engine_kernels.qk_norm_rope(qkv, qn, kn, cos, sin, qh, kvh, hd, 1e-6)[0]
+
+    return [[("Triton q/k norm + RoPE (one kernel)", triton)]]
+
+
+def moe_permute_tiers(q: Query) -> Tiers:
+    """Align the routed copies by expert and copy their rows (engine_kernels: three launches)."""
+    tokens, experts, top_k, hidden = q["tokens"], q["experts"], q["top_k"], q["hidden"]
+
+    def triton() -> Call:
+        x = rand(tokens, hidden)
+        ids = torch.randint(0, experts, (tokens, top_k), device="cuda", dtype=torch.int32)
+        return lambda: engine_kernels.moe_permute(x, ids, experts)[0]
+
+    return [[("Triton align + permute", triton)]]
+
+
+def moe_sum_tiers(q: Query) -> Tiers:
+    """Un-permute and weighted sum of each token's routed rows (vLLM moe_sum)."""
+    tokens, top_k, hidden = q["tokens"], q["top_k"], q["hidden"]
+
+    def triton() -> Call:
+        y = rand(tokens * top_k, hidden)
+        inv = torch.randperm(tokens * top_k, device="cuda").to(torch.int32).view(tokens, top_k)
+        w = torch.rand(tokens, top_k, device="cuda")
+        return lambda: engine_kernels.moe_sum(y, inv, w)
+
+    return [[("Triton moe_sum (one kernel)", triton)]]
 
 
 TIERS: dict[str, Callable[[Query], Tiers]] = {
@@ -550,6 +612,9 @@ TIERS: dict[str, Callable[[Query], Tiers]] = {
     "add_rms_norm": add_rms_norm_tiers,
     "silu_mul": silu_mul_tiers,
     "topk_softmax": topk_softmax_tiers,
+    "qk_norm_rope": qk_norm_rope_tiers,
+    "moe_permute": moe_permute_tiers,
+    "moe_sum": moe_sum_tiers,
     "copy": copy_tiers,
     "gemm": gemm_tiers,
     "grouped_gemm": grouped_gemm_tiers,

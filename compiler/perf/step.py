@@ -9,7 +9,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from compiler import arch
+from compiler import arch, memory
 from compiler.catalog.system import System
 from compiler.perf import comm, routing
 from compiler.perf.ops import OpModel
@@ -230,28 +230,58 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
         one = StepTime()
         moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction, not prefill)
         st.merge(one.scaled(moe_n))
-    st.add("glue", _glue_us(ctx, tokens) * n)
+    glue = _attention_glue_us(ctx, shape, tokens) * n
+    if moe_n:
+        glue += _moe_glue_us(ctx, shape, tokens) * moe_n
+    if dense or not m.moe:
+        glue += _dense_glue_us(ctx, shape, tokens) * (dense if m.moe else n)
+    st.add("glue", glue)
     if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
 
 
-def _glue_us(ctx: PerfContext, tokens: int) -> float:
-    """The elementwise work around a layer's GEMMs that the ops above leave out: RMSNorms and
-    residual adds (fused: ~10 hidden-wide bf16 reads and writes per token), and for MoE the
-    SiLU x mul on each routed copy's intermediate plus the permute / un-permute of the routed
-    copies; run as a few fused kernels, each at its measured CUDA-graph floor (floors.py).
-    Whole-step measurements on our H200 show this glue is real (benchmarks/README.md)."""
+def _kernel(ctx: PerfContext, name: str, nbytes: float) -> float:
+    """A glue kernel: its measured CUDA-graph floor (floors.py), then its bytes at copy rate."""
+    return ctx.ops.kernel_floor(name) + ctx.ops.copy(nbytes) - ctx.ops.copy(0)
+
+
+def _attention_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
+    """The kernels around a layer's attention that the ops above leave out, as vLLM runs them
+    (and compiler/perf/engine_kernels.py, measured): the residual add + RMSNorm before
+    attention and after it, q/k norm + RoPE over the new tokens' q and k (MLA: RoPE on the rope
+    dims and the latent's norm), and the KV write (`reshape_and_cache`)."""
     m = ctx.model
-    nbytes = tokens * m.hidden_size * 2 * 10
-    if m.moe:
-        nbytes += tokens * m.moe.top_k * (3 * m.moe.expert_intermediate + 4 * m.hidden_size) * 2
-    ops = ctx.ops
-    # one fused pass streams the bytes; the other kernels cost their CUDA-graph floors: the
-    # second add + RMSNorm, SiLU x mul, the KV write, and for MoE top-k + softmax and the sort
-    kernels = ops.kernel_floor("add_rms_norm") + ops.kernel_floor("silu_mul") + ops.copy(0)
-    if m.moe:
-        kernels += ops.kernel_floor("topk_softmax") + ops.copy(0)
-    return ops.copy(nbytes) + kernels
+    a = m.attention
+    heads = max(1, a.heads // shape.tp)
+    if a.kind == "mla":
+        rope = a.qk_rope_head_dim or 0
+        qk = heads * rope + (a.kv_lora_rank or 0) + rope
+    else:
+        qk = (heads + max(1, a.kv_heads // shape.tp)) * a.head_dim
+    norms = 2 * _kernel(ctx, "add_rms_norm", 4 * tokens * m.hidden_size * 2)
+    kv = tokens * memory.kv_bytes_per_token_per_gpu(m, shape, ctx.kv_dtype) / m.layers
+    return (norms + _kernel(ctx, "qk_norm_rope", 2 * tokens * qk * 2)
+            + _kernel(ctx, "copy", 2 * kv))
+
+
+def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
+    """The kernels around a MoE layer's expert GEMMs: the router's top-k softmax, the align +
+    permute of the routed copies (each token's row read once, every copy written), SiLU x mul
+    on the copies' intermediate and the weighted un-permute sum (vLLM `moe_sum`)."""
+    moe, h = ctx.model.moe, ctx.model.hidden_size
+    copies = tokens * moe.top_k
+    inter = moe.expert_intermediate // (shape.tp // shape.ep) if shape.dp == 1 else \
+        moe.expert_intermediate
+    rows = (copies + tokens) * h * 2
+    return (_kernel(ctx, "topk_softmax", tokens * moe.experts * 2)
+            + _kernel(ctx, "moe_permute", rows)
+            + _kernel(ctx, "silu_mul", 3 * copies * inter * 2)
+            + _kernel(ctx, "moe_sum", rows))
+
+
+def _dense_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
+    """SiLU x mul on a dense FFN's intermediate."""
+    return _kernel(ctx, "silu_mul", 3 * tokens * ctx.model.dense_intermediate // shape.tp * 2)
 
 
 def _lm_head(ctx: PerfContext, st: StepTime, shape: Shape, rows: int) -> None:
