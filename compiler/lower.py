@@ -127,7 +127,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
         fields, choices = _engine(inputs, w.role, w.shape, len(trays))
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
-                            tp=w.shape.tp, max_batch=c.max_batch,
+                            tp=w.shape.tp, pp=w.shape.pp, max_batch=c.max_batch,
                             max_batched_tokens=c.max_batched_tokens,
                             gpu_memory_utilization=util, **fields))
         made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})

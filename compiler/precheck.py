@@ -66,7 +66,7 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
                 shape_problem(shape, model, system, max(available, 1)) is None:
             shapes.append(shape)
     for shape in shapes:
-        for role in ROLES:
+        for role in ROLES if shape.pp == 1 else ("prefill",):  # stages serve prefill only
             share = max(available, 1) if role == "prefill" else shape.gpus
             mem = gpu_budget(inputs, role, shape, share)
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
@@ -133,6 +133,9 @@ def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: st
     if shape is None:
         return "TPnEPm needs m = n (experts spread over the tensor-parallel ranks)", ok
     problem = shape_problem(shape, inputs.model.spec, inputs.system, max(available, 1))
+    if problem is None and shape.pp > 1 and role != "prefill":
+        problem = ("pipeline stages serve prefill only (rackc does not model decode through "
+                   f"stages); use {shape.name.rsplit('PP', 1)[0]} for {role}")
     if problem is None and shape.name not in ok:
         problem = "its weights, KV and Engram share do not fit in HBM"
     return problem, ok

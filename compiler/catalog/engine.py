@@ -102,6 +102,7 @@ class Pipeline(_Strict):
     layer_split: Fact[str]
     dual_batch_overlap: Fact[bool]
     multi_node: Fact[list[str]]
+    kv_transfer_full_attention_only: Fact[bool]
 
 
 class Vllm(_Strict):
