@@ -15,7 +15,8 @@ stage_layers): their attention, dense FFN and MoE weights and their layers' KV; 
 lives on the first stage, the LM head (tied or not) and the built-in draft on the last (vLLM builds
 the drafter on the last pipeline rank only: v1/worker/gpu_model_runner.py). Sliding-window layers are taken as spread
 evenly over the stages. vLLM sizes every worker's KV cache to the fewest blocks any worker
-holds, so an instance's budget is that of the stage with the fewest KV tokens.
+holds (v1/core/kv_cache_planning.py get_kv_cache_configs), so an instance's KV capacity is that of
+the stage with the fewest KV tokens; the other stages leave the rest of their KV budget unused.
 """
 
 import math

@@ -43,6 +43,12 @@ def test_pinned_stages_span_two_nodes(tmp_path):
     assert other[other.index("--node-rank") + 1] == "1"
     decode = [t for p, t in result.artifacts.items() if p.startswith("vllm/decode")]
     assert decode and all("--pipeline-parallel-size" not in t for t in decode)
+    # the memory map: each stage's GPUs hold their own layers, together one TP8's weights
+    tp8 = next(i.gpus[0] for i in result.plan.instances if i.role == "decode")
+    first, last = (result.plan.memory[f"{prefill.gpus[r]}-d0"] for r in (0, 8))
+    whole = result.plan.memory[f"{tp8}-d0"]
+    assert first.weights_gib != last.weights_gib
+    assert first.weights_gib + last.weights_gib == pytest.approx(whole.weights_gib, abs=0.01)
 
 
 def test_solver_takes_stages_when_tp_misses_the_ttft(tmp_path):
