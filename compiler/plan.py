@@ -292,7 +292,8 @@ class PredictedGroup(Frozen):
     batch: float | None = None
     decode_step_us: float | None = None
     chunk_tokens: int | None = None
-    prefill_step_us: float | None = None
+    prefill_step_us: float | None = None  # with pipeline stages: the slowest stage's time
+    pipeline_fill_us: float | None = None  # the other stages' time a chunk also passes
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler):

@@ -300,8 +300,11 @@ def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
 
 
 def _prefill_row(g: Group, st: StepTime) -> dict:
-    return {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
-            "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+    row = {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
+           "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+    if g.shape.pp > 1:
+        row["pipeline_fill_us"] = round(st.fill_us, 1)
+    return row
 
 
 def _finish(w: Workload, s: _State, step: StepTime, ttft50: float, ttft90: float, hit: float,
