@@ -29,8 +29,8 @@ from compiler.plan import (
 from compiler.resolve import Choice, is_multi_node_nvlink
 from compiler.shapes import Shape
 from compiler.solve import Solution
-from compiler.solve.place import gap, gpu_index
 from compiler.solve.memory_map import stage_domain_memory
+from compiler.solve.place import gap, gpu_index
 
 
 def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:

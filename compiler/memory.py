@@ -12,11 +12,12 @@ domain holds an equal share (SYSTEM.md, memory placement).
 
 Pipeline stages (shape.pp > 1) hold only their layers (vLLM's split, compiler.shapes
 stage_layers): their attention, dense FFN and MoE weights and their layers' KV; the embedding
-lives on the first stage, the LM head (tied or not) and the built-in draft on the last (vLLM builds
-the drafter on the last pipeline rank only: v1/worker/gpu_model_runner.py). Sliding-window layers are taken as spread
-evenly over the stages. vLLM sizes every worker's KV cache to the fewest blocks any worker
-holds (v1/core/kv_cache_planning.py get_kv_cache_configs), so an instance's KV capacity is that of
-the stage with the fewest KV tokens; the other stages leave the rest of their KV budget unused.
+lives on the first stage, the LM head (tied or not) and the built-in draft on the last (vLLM
+builds the drafter on the last pipeline rank only: v1/worker/gpu_model_runner.py). Sliding-window
+layers are taken as spread evenly over the stages. vLLM sizes every worker's KV cache to the
+fewest blocks any worker holds (v1/core/kv_cache_planning.py get_kv_cache_configs), so an
+instance's KV capacity is that of the stage with the fewest KV tokens; the other stages leave the
+rest of their KV budget unused.
 """
 
 import math
