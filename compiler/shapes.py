@@ -121,13 +121,17 @@ def _pipeline_problem(shape: Shape, model: ModelSpec) -> str | None:
                 f"TP{shape.dp}EP{shape.dp}PP{shape.pp} or TP{shape.dp}PP{shape.pp})")
     if model.layers < shape.pp:
         return f"{model.layers} layers do not split over {shape.pp} pipeline stages"
-    if model.attention.sliding_layers and pipeline.kv_transfer_full_attention_only.value:
-        return (f"vLLM 0.33's NixlConnector hands off KV from pipeline stages only when every "
-                f"layer is full attention ({model.attention.sliding_layers} sliding-window "
-                "layers make the KV layout hybrid)")
+    hybrid = model.attention.sliding_layers or \
+        model.architecture in pipeline.hybrid_kv_architectures.value
+    if hybrid and pipeline.kv_transfer_full_attention_only.value:
+        why = (f"{model.attention.sliding_layers} sliding-window layers"
+               if model.attention.sliding_layers else f"{model.architecture}'s compressed "
+               "attention caches")
+        return ("vLLM 0.33's NixlConnector hands off KV from pipeline stages only when every "
+                f"layer is full attention ({why} make the KV layout hybrid)")
     if model.architecture not in pipeline.architectures.value:
-        return (f"vLLM 0.33 runs {model.architecture} without pipeline parallelism (it does "
-                "not implement SupportsPP)")
+        return (f"{model.architecture} is not among the architectures whose vLLM 0.33 class "
+                "implements SupportsPP (catalog/engines/vllm.yaml pipeline.architectures)")
     return None
 
 

@@ -103,6 +103,7 @@ class Pipeline(_Strict):
     dual_batch_overlap: Fact[bool]
     multi_node: Fact[list[str]]
     kv_transfer_full_attention_only: Fact[bool]
+    hybrid_kv_architectures: Fact[list[str]]
 
 
 class Vllm(_Strict):

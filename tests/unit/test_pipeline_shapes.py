@@ -57,6 +57,8 @@ def test_pp_shape_rules():
     assert "NVLink domain" in shape_problem(parse_shape("TP16PP2"), dsv3, hgx, 32)
     gpt_oss = catalog.model("gpt-oss-120b").spec  # sliding-window layers: hybrid KV
     assert "hybrid" in shape_problem(parse_shape("TP4PP2"), gpt_oss, hgx, 32)
+    v41 = catalog.model("deepseek-v4.1-flash").spec  # compressed caches: hybrid KV as well
+    assert "hybrid" in shape_problem(parse_shape("TP4PP2"), v41, hgx, 32)
     nvl = catalog.system("gb200-nvl72")
     assert shape_problem(parse_shape("TP8PP2"), dsv3, nvl, 72) is None  # 16 GPUs in one domain
 
