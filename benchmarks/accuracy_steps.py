@@ -2,8 +2,10 @@
 
 The measurements (benchmarks/data/h200-steps-<model>.json, from benchmarks/measure_steps.py)
 are whole decode and prefill steps of three MoE models in bf16 on one H200, captured in CUDA
-graphs: Qwen3-30B-A3B, DeepSeek-V2-Lite (MLA) and Mixtral-8x7B. Each point is predicted the
-way the compiler predicts a step: a one-node hgx-h200 Cluster and a Deployment of the model
+graphs, with the fused glue kernels an engine runs between the GEMMs
+(compiler/perf/engine_kernels.py): Qwen3-30B-A3B, DeepSeek-V2-Lite (MLA) and Mixtral-8x7B.
+Each point is predicted the way the compiler predicts a step: a one-node hgx-h200 Cluster and
+a Deployment of the model
 (the catalog's, or benchmarks/models/<model>.yaml; bf16 KV cache, fixed workload) are written
 to a temporary folder and loaded, then `compiler.perf.predict.context(inputs, 1)` with shape
 TP1 feeds
@@ -15,8 +17,9 @@ input preparation) that a bare graph replay does not pay, so every point is comp
 without those constants; "GPU-side" means without them.
 
 The measurement also timed every stage of the forward alone (all layers in one graph).
-Stages are matched to the step model's breakdown keys (STAGE_KEYS); the stages the model has
-no term for are listed as "not modelled". The per-op table shows that split for one decode
+Stages are matched to the step model's breakdown keys (STAGE_KEYS); the rest are listed as
+"not modelled": the norms, RoPE, routing bookkeeping and KV write, which the model costs
+together as its `glue` term. The per-op table shows that split for one decode
 and one prefill point of each model.
 
     python3 benchmarks/accuracy_steps.py [--data FILE ...] [--decode 32:8192] [--prefill 4096]

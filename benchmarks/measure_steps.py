@@ -1,4 +1,4 @@
-"""Measure whole decode and prefill steps of Qwen3-30B-A3B on one GPU (PyTorch only).
+"""Measure whole decode and prefill steps of MoE models on one GPU (PyTorch and Triton).
 
 Why: rackc's step model (compiler/perf/step.py) adds up operator costs fitted to single-kernel
 measurements (compiler/perf/measure.py). This script times the whole step of a real
@@ -30,9 +30,18 @@ weights (never zeros; about 61 GB). Per layer, in this order (the "stages"):
     residual_2  residual add
 
 plus the embedding lookup before the layers and the final RMSNorm + LM head after them (decode:
-every sequence's row; prefill: the last token only). RoPE is omitted: it is one fused
-elementwise kernel per layer in serving engines (a few us), and unfused PyTorch would
-overstate it several-fold. No sampling.
+every sequence's row; prefill: the last token only). No sampling. That list is ``--glue
+eager``, plain PyTorch without RoPE.
+
+GLUE. By default (``--glue engine``) the work between the GEMMs and attention runs as a serving
+engine runs it (compiler/perf/engine_kernels.py): residual adds fused into the next RMSNorm
+(``attn_norm`` of layer i takes layer i-1's second residual, ``ffn_norm`` the first; no
+residual stages), q/k norm with RoPE as one Inductor kernel (``qk_norm_rope``; RoPE also on
+MLA's rope dims), top-k softmax as one Triton kernel, ``permute`` (align by expert and copy
+the rows: three launches) in place of sort + gather, SiLU x mul and the un-permute + weighted
+sum (``combine``) as Inductor kernels; MLA decode attention as a split-KV Triton kernel
+(``triton latent split-kv``) beside the other variants. The GEMMs, grouped GEMMs, SDPA and the
+KV write are the same in both modes.
 
 How:
 * Decode: the whole step (embedding, 48 layers, LM head) is captured in one CUDA graph and its
@@ -85,10 +94,14 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from compiler.perf import engine_kernels as ek
 
 SCHEMA = "rackc.steps/v1"
 BF16 = torch.bfloat16
@@ -221,8 +234,10 @@ class Step:
     """The stages of one decode step (`batch` sequences over `length` cached tokens) or one
     prefill (`length` new tokens, batch 1), with their caches and attention choice."""
 
-    def __init__(self, m: Model, phase: str, batch: int, length: int, routing: str = "router"):
+    def __init__(self, m: Model, phase: str, batch: int, length: int, routing: str = "router",
+                 glue: str = "engine"):
         self.m, self.c, self.phase, self.batch, self.length = m, m.c, phase, batch, length
+        self.engine = glue == "engine"  # the glue an engine runs (GLUE), else plain PyTorch
         self.tokens = batch if phase == "decode" else batch * length
         if routing == "auto":  # a trained router's balance at prefill (see ROUTING)
             routing = "router" if phase == "decode" else "balanced"
@@ -230,8 +245,10 @@ class Step:
         # "balanced": token t goes to experts (t*K .. t*K+K-1) mod E, all distinct; the
         # router's GEMM and top-k still run, only their choice of experts is replaced.
         self.balanced_ids = (torch.arange(self.tokens * m.c.top_k, device=m.device)
-                             % m.c.experts).view(self.tokens, m.c.top_k)
-        self.backend: SDPBackend | str | None = None  # None: PyTorch's dispatcher picks
+                             % m.c.experts).view(self.tokens, m.c.top_k).to(torch.int32)
+        # None: PyTorch's dispatcher picks; MLA decode under engine glue: the Triton kernel
+        self.backend: SDPBackend | str | None = (
+            "triton" if self.engine and phase == "decode" and m.c.attention == "mla" else None)
         self.packed = False  # GQA decode: the q heads of a KV head as query rows
         self.attn_name = "default"  # the attention variant kept (choose_attention)
         c = self.c
@@ -251,6 +268,12 @@ class Step:
         self.cache_bytes = self.n_caches * per_layer
         self.caches = [tuple(torch.randn(self.cache_shape, device=m.device, dtype=BF16)
                              for _ in range(tensors)) for _ in range(self.n_caches)]
+        # RoPE (engine glue only): decode tokens sit at position length - 1, prefill at 0..S-1
+        rot = c.qk_rope if mla else c.head_dim
+        cos, sin = ek.rope_tables(length, rot, m.device)
+        pos = (torch.full((self.tokens,), length - 1, device=m.device) if phase == "decode"
+               else torch.arange(self.tokens, device=m.device) % length)
+        self.cos, self.sin = cos[pos].contiguous(), sin[pos].contiguous()
         gen = torch.Generator(device="cpu").manual_seed(1)
         self.state: dict = {"ids": torch.randint(0, c.vocab, (self.tokens,), generator=gen)
                             .to(m.device)}
@@ -270,7 +293,7 @@ class Step:
 
         def qkv_proj(s, i):
             s["qkv"] = F.linear(s["h"], L[i]["wqkv"])
-            if not c.qk_norm:
+            if not c.qk_norm and not self.engine:
                 q, k, v = s["qkv"].split([QH * D, KVH * D, KVH * D], -1)
                 s["q"], s["k"], s["v"] = q.view(T, QH, D), k.view(T, KVH, D), v.view(T, KVH, D)
 
@@ -279,6 +302,10 @@ class Step:
             s["q"] = F.rms_norm(q.view(T, QH, D), (D,), L[i]["qn"], c.eps)
             s["k"] = F.rms_norm(k.view(T, KVH, D), (D,), L[i]["kn"], c.eps)
             s["v"] = v.view(T, KVH, D)
+
+        def qk_norm_rope(s, i):  # engine glue: one Inductor kernel (norms if any, RoPE)
+            s["q"], s["k"], s["v"] = ek.qk_norm_rope(
+                s["qkv"], L[i].get("qn"), L[i].get("kn"), self.cos, self.sin, QH, KVH, D, c.eps)
 
         def kv_write(s, i):
             kc, vc = self.caches[i % self.n_caches]
@@ -308,7 +335,7 @@ class Step:
         def o_proj(s, i):
             s["a"] = F.linear(s["o"], L[i]["wo"])
 
-        norm = [qk_norm] if c.qk_norm else []
+        norm = [qk_norm_rope] if self.engine else ([qk_norm] if c.qk_norm else [])
         return [qkv_proj, *norm, kv_write, attention, o_proj]
 
     def mla_stages(self) -> list[Stage]:
@@ -331,6 +358,10 @@ class Step:
             s["kva"] = F.linear(s["h"], L[i]["wkv_a"])
 
         def kv_norm(s, i):
+            if self.engine:  # one Inductor kernel: latent RMSNorm, RoPE on the rope key
+                s["ckv"] = ek.compiled("latent_norm_rope")(s["kva"], L[i]["kvn"], self.cos,
+                                                           self.sin, lora, c.eps)
+                return
             lat = F.rms_norm(s["kva"][:, :lora], (lora,), L[i]["kvn"], c.eps)
             s["ckv"] = torch.cat([lat, s["kva"][:, lora:]], -1)  # the cached row
 
@@ -344,12 +375,18 @@ class Step:
         def q_absorb(s, i):
             w_uk, _ = w_ukv(i)
             q_lat = torch.bmm(s["q"][..., :nope].transpose(0, 1), w_uk)  # [H, T, lora]
+            if self.engine:  # RoPE on q_pe fused with the concatenation
+                s["qa"] = ek.compiled("q_latent")(q_lat.transpose(0, 1), s["q"], self.cos,
+                                                  self.sin, nope)
+                return
             s["qa"] = torch.cat([q_lat.transpose(0, 1), s["q"][..., nope:]], -1)
 
         def attention(s, i):
             (cache,) = self.caches[i % self.n_caches]
             if self.phase == "decode":
-                if self.backend == "bmm":  # scores and values as two batched GEMMs
+                if self.backend == "triton":  # split-KV flash decoding, each row read once
+                    o = ek.mla_decode(s["qa"], cache, lora, scale)
+                elif self.backend == "bmm":  # scores and values as two batched GEMMs
                     scores = torch.bmm(s["qa"], cache.transpose(1, 2)) * scale
                     p = scores.float().softmax(-1).to(BF16)
                     o = torch.bmm(p, cache[..., :lora])
@@ -365,6 +402,9 @@ class Step:
                 s["o"] = o[0].transpose(0, 1).reshape(T, QH * vd)
 
         def kv_expand(s, i):
+            if self.engine:  # RoPE on the queries' rope part (the key's is in the cache)
+                s["q"] = ek.compiled("q_latent")(s["q"][..., :nope], s["q"], self.cos,
+                                                 self.sin, nope)
             kv = F.linear(cache_latent(s), L[i]["wkv_b"]).view(T, QH, nope + vd)
             rope_k = s["ckv"][:, lora:].unsqueeze(1).expand(T, QH, rope)
             s["k"] = torch.cat([kv[..., :nope], rope_k], -1)
@@ -400,13 +440,18 @@ class Step:
         def dense_ffn(s, i):
             if i < c.dense_layers:
                 gu = F.linear(s["h"], L[i]["wd13"])
-                s["moe"] = F.linear(F.silu(gu[:, :c.dense_inter]) * gu[:, c.dense_inter:],
-                                    L[i]["wd2"])
+                a = (ek.silu_mul(gu) if self.engine
+                     else F.silu(gu[:, :c.dense_inter]) * gu[:, c.dense_inter:])
+                s["moe"] = F.linear(a, L[i]["wd2"])
 
         def router(s, i):
             s["logits"] = F.linear(s["h"], L[i]["wr"])
 
         def topk(s, i):
+            if self.engine:  # one kernel (vLLM topk_softmax)
+                w, ids = ek.topk_softmax(s["logits"], K, c.router_softmax_first)
+                s["tw"], s["ti"] = w, self.balanced_ids if self.routing == "balanced" else ids
+                return
             if c.router_softmax_first:
                 w, ids = s["logits"].float().softmax(-1).topk(K, dim=-1)
             else:
@@ -429,28 +474,37 @@ class Step:
         def gather(s, i):
             s["xs"] = s["h"].index_select(0, s["tok"])
 
+        def permute(s, i):  # engine glue: align by expert and copy the rows (three launches)
+            s["xs"], s["inv"], s["offs"] = ek.moe_permute(s["h"], s["ti"], E)
+
         def gate_up(s, i):
             s["gu"] = torch._grouped_mm(s["xs"], L[i]["w13"].transpose(-2, -1), offs=s["offs"])
 
         def act(s, i):
             gu = s["gu"]
-            s["act"] = F.silu(gu[:, :inter]) * gu[:, inter:]
+            s["act"] = (ek.silu_mul(gu) if self.engine
+                        else F.silu(gu[:, :inter]) * gu[:, inter:])
 
         def down(s, i):
             s["y"] = torch._grouped_mm(s["act"], L[i]["w2"].transpose(-2, -1), offs=s["offs"])
 
         def combine(s, i):
+            if self.engine:  # un-permute + weighted sum of each token's rows (vLLM moe_sum)
+                s["moe"] = ek.moe_sum(s["y"], s["inv"], s["tw"])
+                return
             out = torch.zeros_like(s["h"])
             s["moe"] = out.index_add_(0, s["tok"], s["y"] * s["ws"].unsqueeze(1))
 
         def shared_expert(s, i):
             width = c.shared_experts * inter
             gu = F.linear(s["h"], L[i]["ws13"])
-            s["moe"] = s["moe"] + F.linear(F.silu(gu[:, :width]) * gu[:, width:], L[i]["ws2"])
+            a = ek.silu_mul(gu) if self.engine else F.silu(gu[:, :width]) * gu[:, width:]
+            s["moe"] = s["moe"] + F.linear(a, L[i]["ws2"])
 
         dense = [dense_ffn] if c.dense_layers else []
         shared = [shared_expert] if c.shared_experts else []
-        moe = [router, topk, sort, gather, gate_up, act, down, combine, *shared]
+        routed = [permute] if self.engine else [sort, gather]
+        moe = [router, topk, *routed, gate_up, act, down, combine, *shared]
         return [*dense, *(moe_only(f) for f in moe)]
 
     def stages(self) -> list[tuple[str, Stage]]:
@@ -459,18 +513,28 @@ class Step:
         L = self.m.layers
 
         def attn_norm(s, i):
-            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln1"], c.eps)
+            if self.engine and i > 0:  # the previous layer's residual add fused in
+                s["h"], s["x"] = ek.add_rms_norm(s["moe"], s["x"], L[i]["ln1"], c.eps)
+            elif self.engine:
+                s["h"] = ek.add_rms_norm(s["x"], None, L[i]["ln1"], c.eps)[0]
+            else:
+                s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln1"], c.eps)
 
         def residual_1(s, i):
             s["x"] = s["x"] + s["a"]
 
         def ffn_norm(s, i):
-            s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln2"], c.eps)
+            if self.engine:  # residual add + RMSNorm, one kernel
+                s["h"], s["x"] = ek.add_rms_norm(s["a"], s["x"], L[i]["ln2"], c.eps)
+            else:
+                s["h"] = F.rms_norm(s["x"], (H,), L[i]["ln2"], c.eps)
 
         def residual_2(s, i):
             s["x"] = s["x"] + s["moe"]
 
         attn = self.mla_stages() if c.attention == "mla" else self.attention_stages()
+        if self.engine:  # residual adds fused into the next norm
+            return [(f.__name__, f) for f in (attn_norm, *attn, ffn_norm, *self.ffn_stages())]
         return [(f.__name__, f) for f in (attn_norm, *attn, residual_1, ffn_norm,
                                           *self.ffn_stages(), residual_2)]
 
@@ -481,7 +545,13 @@ class Step:
         x = s["x"]
         if self.phase == "prefill":  # the last token of each sequence
             x = x.view(self.batch, self.length, -1)[:, -1]
-        h = F.rms_norm(x, (self.c.hidden,), self.m.lnf, self.c.eps)
+        if self.engine:  # the last layer's residual add fused into the final norm
+            last = s["moe"]
+            if self.phase == "prefill":
+                last = last.view(self.batch, self.length, -1)[:, -1]
+            h = ek.add_rms_norm(last.contiguous(), x.contiguous(), self.m.lnf, self.c.eps)[0]
+        else:
+            h = F.rms_norm(x, (self.c.hidden,), self.m.lnf, self.c.eps)
         s["out"] = F.linear(h, self.m.lm_head)
 
     def run(self) -> None:
@@ -596,6 +666,8 @@ def attention_variants(step: Step) -> list[tuple[SDPBackend | str, bool]]:
     fused = [(b, False) for b in FUSED]
     if step.c.attention == "mla":
         extra = [(SDPBackend.MATH, False), ("bmm", False)] if step.phase == "decode" else []
+        if step.engine and step.phase == "decode":
+            extra.append(("triton", False))
         return fused + extra
     if step.phase == "decode":
         return fused + [(b, True) for b in FUSED]
@@ -605,6 +677,8 @@ def attention_variants(step: Step) -> list[tuple[SDPBackend | str, bool]]:
 def variant_name(backend: SDPBackend | str, packed: bool, mla: bool) -> str:
     if backend == "bmm":
         return "bmm latent"
+    if backend == "triton":
+        return "triton latent split-kv"
     layout = " latent" if mla else (" packed" if packed else " enable_gqa")
     return f"{backend.name.lower()}{layout}"
 
@@ -644,9 +718,9 @@ def choose_attention(step: Step, timer: Timer) -> tuple[dict[str, float], dict[s
 
 
 def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
-                  stages: bool = True, routing: str = "router") -> dict:
+                  stages: bool = True, routing: str = "router", glue: str = "engine") -> dict:
     started = time.monotonic()
-    step = Step(m, phase, batch, length, routing)
+    step = Step(m, phase, batch, length, routing, glue)
     step.prime()
     attn_times, attn_errors = choose_attention(step, timer)
     # Whole step: graph replays.
@@ -654,14 +728,16 @@ def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
     whole = timer.samples(replay, STEP_REPS)
     out = step.state["out"]
     finite = bool(torch.isfinite(out.float()).all())
-    counts = step.state["counts"].float()  # of the last layer
+    offs = step.state["offs"].long()  # of the last layer
+    counts = torch.diff(offs, prepend=offs.new_zeros(1)).float()
     point = {"phase": phase, "batch": batch}
     point.update({"kv_len": length} if phase == "decode" else {"tokens": length})
     point.update(stats(whole))
     point["routing"] = step.routing
+    point["glue"] = glue
     point["timing"] = "cuda-graph replay" if timer.cuda else "eager wall clock (CPU)"
     chosen = step.attn_name
-    point["attn_impl"] = chosen if chosen.startswith("bmm") else f"sdpa:{chosen}"
+    point["attn_impl"] = chosen if chosen.startswith(("bmm", "triton")) else f"sdpa:{chosen}"
     timer.release()
     if phase == "prefill":
         step.run()  # eager: same code, launches from Python
@@ -699,18 +775,28 @@ def measure_point(m: Model, timer: Timer, phase: str, batch: int, length: int,
 
 
 def reference_attention(m: Model, w: dict, h: torch.Tensor, cache: tuple[torch.Tensor, ...],
-                        pos: int) -> torch.Tensor:
-    """float32 decode attention of one layer, the new token written at `pos`; MLA expanded
-    (K and V rebuilt per head from the latent), so the absorbed forward is checked."""
+                        pos: int, rope: bool) -> torch.Tensor:
+    """float32 decode attention of one layer, the new token written at `pos` (with RoPE at
+    `pos` on its query and key when `rope`); MLA expanded (K and V rebuilt per head from the
+    latent), so the absorbed forward is checked."""
     c = m.c
     B, QH = h.shape[0], c.q_heads
+
+    def rot(x: torch.Tensor) -> torch.Tensor:  # x [B, heads, dim]
+        if not rope:
+            return x
+        cos, sin = (t[pos].expand(B, -1) for t in ek.rope_tables(pos + 1, x.shape[-1],
+                                                                  x.device))
+        return ek._rope(x, cos, sin)
+
     if c.attention == "mla":
         lora, nope, vd = c.kv_lora, c.qk_nope, c.v_head_dim
         q = (h @ w["wq"].T).view(B, QH, nope + c.qk_rope)
+        q = torch.cat([q[..., :nope], rot(q[..., nope:])], -1)
         kva = h @ w["wkv_a"].T
         lat = F.rms_norm(kva[:, :lora], (lora,), w["kvn"], c.eps)
         lc = cache[0].float().clone()
-        lc[:, pos] = torch.cat([lat, kva[:, lora:]], -1)
+        lc[:, pos] = torch.cat([lat, rot(kva[:, None, lora:])[:, 0]], -1)
         wb = w["wkv_b"].view(QH, nope + vd, lora)
         k_nope = torch.einsum("bld,hnd->bhln", lc[..., :lora], wb[:, :nope])
         k_rope = lc[..., lora:].unsqueeze(1).expand(-1, QH, -1, -1)
@@ -725,6 +811,7 @@ def reference_attention(m: Model, w: dict, h: torch.Tensor, cache: tuple[torch.T
     if c.qk_norm:
         q = F.rms_norm(q, (D,), w["qn"], c.eps)
         k = F.rms_norm(k, (D,), w["kn"], c.eps)
+    q, k = rot(q), rot(k)
     kc, vc = cache[0].float().clone(), cache[1].float().clone()
     kc[:, :, pos], vc[:, :, pos] = k, v.view(B, KVH, D)
     kr = kc.repeat_interleave(QH // KVH, dim=1)  # [B, QH, L, D]
@@ -762,27 +849,33 @@ def reference_ffn(m: Model, w: dict, h: torch.Tensor, layer: int) -> torch.Tenso
 
 
 def reference_layer(m: Model, x: torch.Tensor, layer: int, cache: tuple[torch.Tensor, ...],
-                    pos: int) -> torch.Tensor:
+                    pos: int, rope: bool) -> torch.Tensor:
     c, w = m.c, {k: v.float() for k, v in m.layers[layer].items()}
     x = x.float()
-    x = x + reference_attention(m, w, F.rms_norm(x, (c.hidden,), w["ln1"], c.eps), cache, pos)
+    x = x + reference_attention(m, w, F.rms_norm(x, (c.hidden,), w["ln1"], c.eps), cache, pos,
+                                rope)
     return x + reference_ffn(m, w, F.rms_norm(x, (c.hidden,), w["ln2"], c.eps), layer)
 
 
-def self_check(m: Model) -> float:
+def self_check(m: Model, glue: str) -> float:
     """Worst relative error of the first layer and the first MoE layer (decode, batch 4,
-    kv_len 64) against float32. The MoE layer runs on the dense layers' outputs."""
-    step = Step(m, "decode", 4, 64)
+    kv_len 64) against float32. The MoE layer runs on the dense layers' outputs. Under engine
+    glue a layer's last residual add is left to the next norm, so it is added here."""
+    step = Step(m, "decode", 4, 64, glue=glue)
     s = step.state
     step.embed(s)
-    worst = 0.0
+    worst, engine = 0.0, step.engine
+
+    def layer_out() -> torch.Tensor:
+        return s["x"] + s["moe"] if engine else s["x"]
+
     for layer in sorted({0, m.c.dense_layers}):
-        x0 = s["x"].clone()
+        x0 = (layer_out() if layer else s["x"]).clone()
         cache0 = tuple(t.clone() for t in step.caches[layer % step.n_caches])
         for _, fn in step.stages():
             fn(s, layer)
-        ref = reference_layer(m, x0, layer, cache0, 63)
-        worst = max(worst, float((s["x"].float() - ref).norm() / ref.norm()))
+        ref = reference_layer(m, x0, layer, cache0, 63, engine)
+        worst = max(worst, float((layer_out().float() - ref).norm() / ref.norm()))
     del step
     return worst
 
@@ -863,6 +956,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--routing", choices=("router", "balanced", "auto"), default="router",
                     help="experts from the random router (default; see ROUTING), balanced, "
                     "or auto: the router at decode, balanced at prefill")
+    ap.add_argument("--glue", choices=("engine", "eager"), default="engine",
+                    help="engine: the fused glue kernels an engine runs (default; GLUE); "
+                    "eager: plain PyTorch, a dozen unfused kernels per layer")
     ap.add_argument("--budget-s", type=float, default=330.0,
                     help="skip the remaining points after this many seconds")
     args = ap.parse_args(argv)
@@ -879,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(device)
     timer.sync()
     log(f"weights: {m.nbytes() / 1e9:.1f} GB in {time.monotonic() - t0:.0f} s")
-    err = self_check(m)
+    err = self_check(m, args.glue)
     log(f"self-check (first layer, first MoE layer) vs float32: rel err {err:.2e}")
     doc = {
         "schema": SCHEMA,
@@ -887,8 +983,9 @@ def main(argv: list[str] | None = None) -> int:
         "model": {**cfg.__dict__, "dtype": "bf16", "weights_bytes": m.nbytes()},
         "method": ("whole step in one CUDA graph, replays timed with CUDA events; median, "
                    "p10, p90 of >= 20 replays after warm-up; prefill also eager (us_eager); "
-                   "stages_us: each stage alone for all layers in its own graph; RoPE "
-                   "omitted; random weights, caches and token ids; routing per point"),
+                   "stages_us: each stage alone for all layers in its own graph; glue per "
+                   "point (engine: fused glue and RoPE; eager: unfused, no RoPE); random "
+                   "weights, caches and token ids; routing per point"),
         "self_check_rel_err": round(err, 5),
         "points": [],
     }
@@ -899,7 +996,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"budget spent: skipped {phase} {batch} {length}")
             continue
         try:
-            p = measure_point(m, timer, phase, batch, length, not args.no_stages, args.routing)
+            p = measure_point(m, timer, phase, batch, length, not args.no_stages, args.routing,
+                              args.glue)
         except RuntimeError as e:  # out of memory, a capture refused: log, keep going
             log(f"FAILED {phase} b={batch} len={length}: {str(e).splitlines()[0][:300]}")
             timer.release()
