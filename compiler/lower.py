@@ -29,6 +29,7 @@ from compiler.plan import (
 from compiler.resolve import Choice, is_multi_node_nvlink
 from compiler.shapes import Shape
 from compiler.solve import Solution
+from compiler.solve.memory_map import stage_domain_memory
 from compiler.solve.place import gap, gpu_index
 
 
@@ -127,7 +128,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
         fields, choices = _engine(inputs, w.role, w.shape, len(trays))
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
-                            tp=w.shape.tp, max_batch=c.max_batch,
+                            tp=w.shape.tp, pp=w.shape.pp, max_batch=c.max_batch,
                             max_batched_tokens=c.max_batched_tokens,
                             gpu_memory_utilization=util, **fields))
         made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})
@@ -137,11 +138,17 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
 
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
     need = {(w.role, w.shape.name): w.need for w in sol.wanted}
+    shapes = {(w.role, w.shape.name): w.shape for w in sol.wanted}
+    prefill_gpus = sum(len(i.gpus) for i in instances if i.role == "prefill")
     out = {}
     for inst in instances:
-        for gpu in inst.gpus:
+        key = (inst.role, inst.shape)
+        stages = stage_domain_memory(sol.problem, inst.role, shapes[key], prefill_gpus) \
+            if inst.pp > 1 else None
+        for rank, gpu in enumerate(inst.gpus):
+            held = stages[rank // shapes[key].stage_gpus] if stages else need[key]
             for dom in graph.domains_of_gpu(g, gpu):
-                out[dom] = need[inst.role, inst.shape]
+                out[dom] = held
     return dict(sorted(out.items(), key=lambda kv: graph._natural(kv[0])))
 
 

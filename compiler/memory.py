@@ -9,6 +9,15 @@ then KV. Weights offloaded to host memory (`serving.weight_offload`, vLLM's UVA 
 the budget: they are pinned in the tray's DRAM (compiler.host_memory). Expert weights and the
 LM head are split die-local by output columns, so on a GPU with several memory domains each
 domain holds an equal share (SYSTEM.md, memory placement).
+
+Pipeline stages (shape.pp > 1) hold only their layers (vLLM's split, compiler.shapes
+stage_layers): their attention, dense FFN and MoE weights and their layers' KV; the embedding
+lives on the first stage, the LM head (tied or not) and the built-in draft on the last (vLLM
+builds the drafter on the last pipeline rank only: v1/worker/gpu_model_runner.py). Sliding-window
+layers are taken as spread evenly over the stages. vLLM sizes every worker's KV cache to the
+fewest blocks any worker holds (v1/core/kv_cache_planning.py get_kv_cache_configs), so an
+instance's KV capacity is that of the stage with the fewest KV tokens; the other stages leave the
+rest of their KV budget unused.
 """
 
 import math
@@ -16,7 +25,7 @@ from dataclasses import dataclass
 
 from compiler import arch
 from compiler.resolve import is_multi_node_nvlink, nodes_of
-from compiler.shapes import Shape
+from compiler.shapes import Shape, stage_layer_mix
 from schemas.model import ModelSpec
 
 GIB = arch.GIB
@@ -34,6 +43,7 @@ class GpuBudget:
     kv_min_gib: float  # one maximum-length request
     pool_in_hbm: bool  # the spare HBM is lent to the KV pool instead of the KV cache
     offload_gib: float = 0.0  # weights in pinned host memory, read over the GPU-CPU link
+    kv_token_bytes: float = 0.0  # KV per token of context on this GPU (its stage's layers)
 
     @property
     def utilization(self) -> float:
@@ -76,19 +86,39 @@ class GpuBudget:
 
 def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
                      ) -> tuple[float, float]:
-    """(routed experts, the rest) per GPU. Routed experts split over all n GPUs; everything
-    else replicated per DP rank, split by TP."""
+    """(routed experts, the rest) per GPU of the heaviest pipeline stage. Routed experts split
+    over the stage's GPUs; everything else replicated per DP rank, split by TP."""
+    return max(stage_weight_parts_gib(model, shape, with_draft), key=sum)
+
+
+def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
+                           ) -> list[tuple[float, float]]:
+    """(routed experts, the rest) per GPU of each pipeline stage."""
     p = arch.params(model)
     eb = arch.WEIGHT_BYTES[model.dtypes.experts]
     wb = arch.WEIGHT_BYTES[model.dtypes.weights]
     # EPLB replicas live on expert-parallel ranks only
     replicas = model.moe.slots / model.moe.experts if model.moe and shape.ep > 1 else 1.0
-    experts = p.routed_experts * replicas * eb / shape.gpus
-    rest = p.non_expert * wb / shape.tp
-    draft = 0.0
-    if with_draft and model.draft:
-        draft = p.draft * wb / shape.tp
-    return experts / GIB, (rest + draft) / GIB
+    draft = p.draft * wb / shape.tp if with_draft and model.draft else 0.0
+    if shape.pp == 1:
+        experts = p.routed_experts * replicas * eb / shape.gpus
+        rest = p.non_expert * wb / shape.tp
+        return [(experts / GIB, (rest + draft) / GIB)]
+    out = []
+    n_moe = arch.moe_layers(model)
+    for s, (n, dense, _) in enumerate(stage_layer_mix(model, shape.pp)):
+        moe = n - dense if model.moe else 0
+        moe_share = moe / n_moe if n_moe else 0.0
+        rest = (p.attention * n / model.layers + p.dense_ffn * dense / max(1, model.dense_layers)
+                + (p.shared_experts + p.router) * moe_share)
+        if s == 0:
+            rest += p.embedding
+        if s == shape.pp - 1:  # the LM head, its own copy when tied to the embedding
+            rest += p.lm_head or p.embedding
+        experts = p.routed_experts * moe_share * replicas * eb / shape.stage_gpus
+        out.append((experts / GIB,
+                    (rest * wb / shape.tp + (draft if s == shape.pp - 1 else 0.0)) / GIB))
+    return out
 
 
 def offload_gib(inputs, shape: Shape) -> float:
@@ -129,17 +159,34 @@ def all2all_of(inputs, role: str, shape: Shape) -> str | None:
 
 
 def gpu_budget(inputs, role: str, shape: Shape, engram_gpus: int) -> GpuBudget:
-    """One GPU of `shape` in `role`; the Engram tables (when this role keeps them in HBM) are
-    spread over `engram_gpus` GPUs."""
+    """One GPU of `shape` in `role` (with pipeline stages: of the stage whose KV cache holds
+    the fewest tokens, which bounds the instance's); the Engram tables (when this role keeps
+    them in HBM) are spread over `engram_gpus` GPUs."""
+    return min(stage_budgets(inputs, role, shape, engram_gpus),
+               key=lambda b: b.kv_gib / b.kv_token_bytes if b.kv_token_bytes else math.inf)
+
+
+def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[GpuBudget]:
+    """One GPU of each pipeline stage of `shape` (one entry without PP)."""
     r, model = inputs.resolved, inputs.model.spec
-    kv = kv_bytes_per_token_per_gpu(model, shape, r.kv_cache_dtype.value) * r.max_model_len.value
-    kv += arch.kv_window_bytes_per_request(model, r.kv_cache_dtype.value)
+    dtype = r.kv_cache_dtype.value
+    per_token = kv_bytes_per_token_per_gpu(model, shape, dtype)
+    window = arch.kv_window_bytes_per_request(model, dtype)
     engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
     buffers = r.engine_buffers_gib(all2all_of(inputs, role, shape), nodes_of(shape, inputs.system))
     workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
     offload = offload_gib(inputs, shape)
-    return GpuBudget(
-        capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
-        weights_gib=sum(weight_parts_gib(model, shape, r.uses_draft)) - offload,
-        engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
-        pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=offload)
+    full, sliding = model.layers - model.attention.sliding_layers, model.attention.sliding_layers
+    out = []
+    for (n, _, w), parts in zip(stage_layer_mix(model, shape.pp),
+                                stage_weight_parts_gib(model, shape, r.uses_draft), strict=True):
+        share = (n - w) / full if shape.pp > 1 else 1.0  # of the full-attention layers' KV
+        window_share = w / sliding if shape.pp > 1 and sliding else 1.0
+        kv = per_token * share * r.max_model_len.value + window * window_share
+        out.append(GpuBudget(
+            capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
+            weights_gib=sum(parts) - min(offload, sum(parts)),
+            engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
+            pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=offload,
+            kv_token_bytes=per_token * share))
+    return out

@@ -95,12 +95,13 @@ class Serving(Frozen):
 
 
 class Instance(OmitsOptional):
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group",
+                                           "pp")
 
     id: str  # {role}-{index:02d}
     role: Role
-    shape: str  # DEP2 | DEP16 | TP8 | TP8EP8 ...
-    gpus: list[str]  # rank order: rank i runs on gpus[i]
+    shape: str  # DEP2 | DEP16 | TP8 | TP8EP8 | TP8PP2 ...
+    gpus: list[str]  # rank order: rank i runs on gpus[i] (stage i // tp with pipeline stages)
     trays: list[str]
     dp: int
     ep: int
@@ -119,6 +120,7 @@ class Instance(OmitsOptional):
     cpu_offload_gib: float = 0.0
     cpu_offload_params: list[str] = []
     group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
+    pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
 
 
 class DomainMemory(Frozen):
@@ -290,7 +292,8 @@ class PredictedGroup(Frozen):
     batch: float | None = None
     decode_step_us: float | None = None
     chunk_tokens: int | None = None
-    prefill_step_us: float | None = None
+    prefill_step_us: float | None = None  # with pipeline stages: the slowest stage's time
+    pipeline_fill_us: float | None = None  # the other stages' time a chunk also passes
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler):

@@ -66,7 +66,7 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
                 shape_problem(shape, model, system, max(available, 1)) is None:
             shapes.append(shape)
     for shape in shapes:
-        for role in ROLES:
+        for role in ROLES if shape.pp == 1 else ("prefill",):  # stages serve prefill only
             share = max(available, 1) if role == "prefill" else shape.gpus
             mem = gpu_budget(inputs, role, shape, share)
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
@@ -127,12 +127,16 @@ def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Di
 def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str,
                        available: int) -> tuple[str | None, set[str]]:
     """Why the shape `name` cannot serve `role`, or None; and the shapes that could."""
-    role = "decode" if role == "aggregated" else role
+    asked, role = role, "decode" if role == "aggregated" else role
     ok = {f.shape.name for f in fits if f.role == role and f.fits}
     shape = parse_shape(name)
     if shape is None:
-        return "TPnEPm needs m = n (experts spread over the tensor-parallel ranks)", ok
+        return ("TPnEPm needs m = n (experts spread over the tensor-parallel ranks), PPm "
+                "m >= 2"), ok
     problem = shape_problem(shape, inputs.model.spec, inputs.system, max(available, 1))
+    if problem is None and shape.pp > 1 and role != "prefill":
+        problem = ("pipeline stages serve prefill only (rackc does not model decode through "
+                   f"stages); use {shape.name.rsplit('PP', 1)[0]} for {asked}")
     if problem is None and shape.name not in ok:
         problem = "its weights, KV and Engram share do not fit in HBM"
     return problem, ok

@@ -17,7 +17,8 @@ from schemas.site import Site
 
 Role = Literal["prefill", "decode", "aggregated"]
 TOKENS = 1 << 24  # longer than any model's context
-SHAPE = r"^(DEP[0-9]{1,3}|TP[0-9]{1,3}|TP[0-9]{1,3}EP[0-9]{1,3})$"
+# ...PPm: m pipeline stages (prefill only; compiler/shapes.py)
+SHAPE = r"^(DEP[0-9]{1,3}|TP[0-9]{1,3}|TP[0-9]{1,3}EP[0-9]{1,3})(PP[0-9]{1,2})?$"
 # vLLM 0.33 takes any positive --block-size, but its CUDA attention kernels take multiples of
 # 16 (flash_attn, triton), 32 or 64 (FlashInfer MLA), 64 (FlashMLA) or 128 (CUTLASS MLA):
 # vllm/v1/attention/backends/**/get_supported_kernel_block_sizes.

@@ -39,13 +39,14 @@ class _Key(NamedTuple):
     dp: int
     tp: int
     ep: int
+    pp: int
     max_batch: int
     max_batched_tokens: int
 
 
 def _key(plan: Plan, i: Instance) -> _Key:
     domain = nvlink_domain(plan, i) if multi_node_nvlink(plan, i) else ""
-    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.max_batch,
+    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.pp, i.max_batch,
                 i.max_batched_tokens)
 
 

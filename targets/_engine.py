@@ -2,8 +2,8 @@
 dynamo and lws targets share, so their engines never disagree.
 
 Flag choices (vLLM 0.33, docs/targets.md explains each):
-- parallelism: `--tensor-parallel-size`, `--data-parallel-size`, `--enable-expert-parallel`, and
-  the instance's `--all2all-backend`;
+- parallelism: `--tensor-parallel-size`, `--pipeline-parallel-size`, `--data-parallel-size`,
+  `--enable-expert-parallel`, and the instance's `--all2all-backend`;
 - the plan's kernels (attention, MoE and linear backends, chosen from the engine's capabilities
   in compiler.resolve);
 - the plan's batch limits, context length, KV dtype and block size, and the memory budget;
@@ -39,10 +39,16 @@ def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list
     if instance.dp > 1 and instance.tp > 1:
         raise TargetError(f"instances[{instance.id}]: tp={instance.tp} with dp={instance.dp} "
                           "has no engine shape in the targets (DEPn or TPn[EPn])")
-    if instance.dp * instance.tp != len(instance.gpus):
-        raise TargetError(f"instances[{instance.id}]: dp x tp = {instance.dp * instance.tp}, "
+    if instance.pp > 1 and instance.dp > 1:
+        raise TargetError(f"instances[{instance.id}]: pp={instance.pp} with dp={instance.dp} "
+                          "has no engine shape in the targets (TPnPPm or TPnEPnPPm)")
+    if instance.dp * instance.tp * instance.pp != len(instance.gpus):
+        raise TargetError(f"instances[{instance.id}]: dp x tp x pp = "
+                          f"{instance.dp * instance.tp * instance.pp}, "
                           f"but it has {len(instance.gpus)} GPUs")
     flags = ["--tensor-parallel-size", str(instance.tp)]
+    if instance.pp > 1:
+        flags += ["--pipeline-parallel-size", str(instance.pp)]
     if instance.dp > 1:
         flags += ["--data-parallel-size", str(instance.dp)]
     if instance.ep > 1:
@@ -195,8 +201,9 @@ def multinode_flags(component: Component, node_rank: str, start_rank: str, leade
                     leader_node: bool, port_offset: int = 0) -> list[str]:
     """The flags that place one node's ranks of a multi-node instance. DEP: the leader runs the
     API server and the DP coordinator (internal load balancing over all ranks); the other nodes
-    run headless engines from their start rank. TP across nodes: vLLM's multiprocessing executor
-    over `--nnodes`. `node_rank`, `start_rank` and `leader` may be shell expressions;
+    run headless engines from their start rank. TP or pipeline stages across nodes: vLLM's
+    multiprocessing executor over `--nnodes` (node n runs ranks n x local .. ; rank r is on
+    stage r // tp). `node_rank`, `start_rank` and `leader` may be shell expressions;
     `port_offset` separates the ports of instances that share a host's network."""
     if component.nodes_per_instance == 1:
         return []

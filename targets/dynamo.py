@@ -4,7 +4,8 @@ A frontend with the KV router, which sends each request to the (worker, DP rank)
 uncached work, and one prefill or decode component per plan component. For a component whose
 instances span several trays the operator runs `multinode.nodeCount` pods per replica and
 injects the per-node flags itself (DP address, local size and start rank, or --nnodes/--node-rank
-for tensor parallelism across nodes), so the engine arguments here name only the sizes.
+for tensor or pipeline parallelism across nodes: TP x PP above a pod's GPUs), so the engine
+arguments here name only the sizes.
 """
 
 from kubernetes.client import V1Container, V1PodSpec, V1VolumeMount

@@ -55,7 +55,21 @@ def performance_md(plan: Plan) -> str:
                   "|---|---|---|"]
         for op, us in sorted(steps.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {op} | {us:,.1f} | {100 * us / total:.1f}% |")
+        if name == "prefill":
+            lines += _pipeline_lines(plan, p["instances"])
     return "\n".join(lines) + "\n"
+
+
+def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:
+    """What a pipelined prefill's step means: its slowest stage, and the fill."""
+    stages = {i.shape: i.pp for i in plan.instances if i.pp > 1}
+    out = []
+    for r in rows:
+        if "pipeline_fill_us" in r and r["shape"] in stages:
+            out += ["", f"{r['shape']}: the step is the slowest of its {stages[r['shape']]} "
+                    f"pipeline stages; each chunk also spends {r['pipeline_fill_us'] / 1e3:,.1f}"
+                    " ms in the others, so a prompt of n chunks takes n steps plus that fill."]
+    return out
 
 
 FALLBACK_SOURCES = ("rule:engine-capability", "rule:host-memory")

@@ -20,7 +20,8 @@ def check_plan(plan: Plan) -> None:
             assert inst.group == group.name, f"{inst.id} names the wrong group"
         per = hw.gpus_per_tray
         shape = parse_shape(inst.shape)
-        assert len(inst.gpus) == shape.gpus == inst.dp * inst.tp
+        assert len(inst.gpus) == shape.gpus == inst.dp * inst.tp * inst.pp
+        assert inst.pp == shape.pp and (inst.pp == 1 or inst.role == "prefill")
         trays = {tray_of[g] for g in inst.gpus}
         assert sorted(trays) == sorted(inst.trays)
         if shape.gpus <= per:

@@ -92,6 +92,20 @@ class KvConnectors(_Strict):
     env: dict[str, Fact[list[str]]]
 
 
+class Pipeline(_Strict):
+    flag: Fact[str]
+    architectures: Fact[list[str]]
+    with_data_parallel: Fact[bool]
+    in_flight_batches: Fact[str]
+    stage_tensors: Fact[int]
+    stage_send: Fact[str]
+    layer_split: Fact[str]
+    dual_batch_overlap: Fact[bool]
+    multi_node: Fact[list[str]]
+    kv_transfer_full_attention_only: Fact[bool]
+    hybrid_kv_architectures: Fact[list[str]]
+
+
 class Vllm(_Strict):
     name: Literal["vllm"]
     version: str
@@ -102,6 +116,7 @@ class Vllm(_Strict):
     memory: EngineMemory
     engram: Engram
     kv_connectors: KvConnectors
+    pipeline: Pipeline
 
 
 class Router(_Strict):

@@ -94,11 +94,12 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
                 chunk: int) -> Candidate:
     ctx = context(inputs, engram_gpus, "prefill", shape)
     new, cached = w.isl * (1 - hit), w.isl * hit
-    step = prefill_step(ctx, shape, chunk, max(1.0, new), cached).us
+    chunk_step = prefill_step(ctx, shape, chunk, max(1.0, new), cached)
+    step = chunk_step.us
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
 
     def ttft(rho: float, q: float) -> float:
-        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q)
+        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us)
 
     utilisation = _utilisation_for_ttft(inputs, ttft)
     if utilisation <= 0:

@@ -95,6 +95,20 @@ def all_reduce_us(system: System, link: Link, ranks: int, nbytes: float) -> floa
     return latency + 2 * (ranks - 1) / ranks * nbytes / bw
 
 
+def all_gather_us(system: System, link: Link, ranks: int, nbytes: float) -> float:
+    """Ring all-gather of `nbytes` in all, 1/n from each rank: (n-1)/n of it crosses each
+    link, in one pass (half of a ring all-reduce)."""
+    if ranks <= 1:
+        return 0.0
+    latency = system.latency.mem_op_us.value
+    if link.spans_trays:
+        latency += system.latency.cross_tray_allreduce_us.value
+    if link.kind == "rdma":
+        latency += system.latency.p2p_us.value
+    bw = link.gbytes_per_s * 1e3 * (RDMA_EFF if link.kind == "rdma" else ALLREDUCE_EFF)
+    return latency + (ranks - 1) / ranks * nbytes / bw
+
+
 def transfer_us(system: System, nbytes: float, kind: str, nic_gbps: float | None = None) -> float:
     """Move KV (or any buffer) over `kind`: nvlink (peer HBM), rdma (pool / other rack), c2c.
     `nic_gbps`: the rack's per-GPU NIC rate when it overrides the catalog's."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from compiler import arch, catalog
 from compiler.load import Inputs, layout
-from compiler.memory import all2all_of, gpu_budget, kv_bytes_per_token_per_gpu, offload_gib
+from compiler.memory import all2all_of, gpu_budget, offload_gib
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     Group,
@@ -81,10 +81,9 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,
                          w: Workload) -> int:
     """Requests of average length whose KV fits in the KV cache of the memory budget."""
-    free = gpu_budget(inputs, role, shape, engram_gpus).kv_gib * arch.GIB
-    per_request = kv_bytes_per_token_per_gpu(inputs.model.spec, shape,
-                                             inputs.resolved.kv_cache_dtype.value) \
-        * (w.isl + w.osl)
+    mem = gpu_budget(inputs, role, shape, engram_gpus)
+    per_request = mem.kv_token_bytes * (w.isl + w.osl)
+    free = mem.kv_gib * arch.GIB
     return max(0, int(free / per_request)) if per_request else MAX_DECODE_BATCH
 
 

@@ -93,11 +93,14 @@ def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) ->
 
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
-            rho: float, q: float) -> float:
+            rho: float, q: float, fill_us: float = 0.0) -> float:
     """Time to first token at quantile q: the request's prefill chunks (a long prompt at the
-    P90 of lengths needs more), the KV hand-off, and waiting at a prefill rank."""
+    P90 of lengths needs more), the KV hand-off, and waiting at a prefill rank. Through
+    pipeline stages the chunks follow each other one slowest stage (`chunk_us`) apart and the
+    last one still passes the other stages (`fill_us`): n chunks take (n + pp - 1) stage
+    turns where stages are equal, so a prompt shorter than pp chunks leaves stages idle."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
-    service = chunk_us * max(1.0, new * spread / chunk_tokens)
+    service = chunk_us * max(1.0, new * spread / chunk_tokens) + fill_us
     return service + transfer_us + queue_wait(rho, chunk_us, q)
 
 
@@ -142,7 +145,9 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     def ttft(rate: float, q: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
         g = prefill[0]
-        return ttft_us(p_steps[id(g)].us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q)
+        step = p_steps[id(g)]
+        return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
+                       step.fill_us)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
@@ -295,8 +300,11 @@ def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
 
 
 def _prefill_row(g: Group, st: StepTime) -> dict:
-    return {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
-            "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+    row = {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
+           "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+    if g.shape.pp > 1:
+        row["pipeline_fill_us"] = round(st.fill_us, 1)
+    return row
 
 
 def _finish(w: Workload, s: _State, step: StepTime, ttft50: float, ttft90: float, hit: float,

@@ -3,6 +3,14 @@
 Composed per layer from operator costs (ops.py) and collectives (comm.py). A decode step runs
 `batch` requests per DP rank, each verifying 1 + k draft tokens; a prefill step runs a chunk of
 new tokens per DP rank whose attention also spans the request's cached prefix.
+
+A pipelined prefill (shape.pp > 1) runs each chunk through the stages in turn: a stage computes
+its layers (compiler.shapes stage_layer_mix; the LM head on the last), then its TP ranks each
+send 1/tp of the chunk's activations to the next stage, which all-gathers them over its TP
+group before it starts (catalog/engines/vllm.yaml pipeline.stage_send). vLLM keeps pp batches
+in flight and schedules a prompt's next chunk while the previous one is in the pipeline, so a
+new chunk enters every slowest-stage time (the step's `us`), and each chunk also spends the
+other stages' time in the pipeline (`fill_us`: what a request waits beyond its chunks' turns).
 """
 
 import math
@@ -10,10 +18,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from compiler import arch, memory
+from compiler.catalog import engines
 from compiler.catalog.system import System
 from compiler.perf import comm, routing
 from compiler.perf.ops import OpModel
-from compiler.shapes import Shape
+from compiler.shapes import Shape, stage_layer_mix
 from schemas.model import ModelSpec
 
 DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
@@ -51,6 +60,9 @@ class PerfContext:
 @dataclass
 class StepTime:
     breakdown: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # pipelined prefill: the other stages' time a chunk passes through besides the slowest
+    # one (`us`, the interval between chunks); 0 without pipeline stages
+    fill_us: float = 0.0
 
     @property
     def us(self) -> float:
@@ -78,7 +90,8 @@ def _expert_placement(ctx: PerfContext) -> str:
 
 
 def _link(ctx: PerfContext, shape: Shape) -> comm.Link:
-    return comm.instance_link(ctx.system, shape.gpus, ctx.nic_gbps)
+    """The links of one stage's collectives (the whole instance without pipeline stages)."""
+    return comm.instance_link(ctx.system, shape.stage_gpus, ctx.nic_gbps)
 
 
 def attention_layer(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
@@ -208,13 +221,17 @@ def dense_ffn(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None
 
 
 def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
-            kv_len: float, prefill: bool, count: int | None = None) -> None:
-    """`count` layers (default: all) of attention + FFN; the first dense_layers are dense."""
+            kv_len: float, prefill: bool, count: int | None = None,
+            mix: tuple[int, int, int] | None = None) -> None:
+    """`count` layers (default: all) of attention + FFN; the first dense_layers are dense.
+    `mix`: (layers, dense, sliding) of one pipeline stage instead."""
     m = ctx.model
     tokens = max(1, round(seqs * q_len))
     n = m.layers if count is None else count
     sliding = m.attention.sliding_layers if count is None else 0
     dense = m.dense_layers if count is None else 0
+    if mix is not None:
+        n, dense, sliding = mix
     moe_n = n - dense if m.moe else 0
     one_full, one_sliding = StepTime(), StepTime()
     attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
@@ -342,7 +359,14 @@ def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> 
 def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float,
                  cached_per_seq: float) -> StepTime:
     """One prefill chunk of `tokens` new tokens per DP rank, cut from requests that each bring
-    `new_per_seq` new tokens after `cached_per_seq` cached ones (their attention spans both)."""
+    `new_per_seq` new tokens after `cached_per_seq` cached ones (their attention spans both).
+    With pipeline stages: the slowest stage, and the others as `fill_us`."""
+    if shape.pp > 1:
+        stages = prefill_stages(ctx, shape, tokens, new_per_seq, cached_per_seq)
+        slowest = max(stages, key=lambda st: st.us)
+        out = slowest.scaled(1.0)
+        out.fill_us = sum(st.us for st in stages) - slowest.us
+        return out
     st = StepTime()
     seqs = tokens / max(1.0, new_per_seq)
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
@@ -352,6 +376,47 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     _overlap_communication(ctx, st)
     st.add("overhead", PREFILL_OVERHEAD_US)
     return st
+
+
+def prefill_stages(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float,
+                   cached_per_seq: float) -> list[StepTime]:
+    """Each pipeline stage's time for one chunk: its layers, the LM head on the last, the
+    activations received from the previous stage, and the engine's per-step overhead (each
+    stage's worker prepares its inputs). No dual-batch overlap: vLLM 0.33 refuses it with
+    pipeline parallelism (catalog/engines/vllm.yaml pipeline.dual_batch_overlap)."""
+    seqs = tokens / max(1.0, new_per_seq)
+    mixes = stage_layer_mix(ctx.model, shape.pp)
+    out = []
+    for s, mix in enumerate(mixes):
+        st = StepTime()
+        _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True, mix=mix)
+        if s == shape.pp - 1:
+            _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
+        engram = StepTime()
+        _engram(ctx, engram, tokens)
+        st.merge(engram.scaled(mix[0] / ctx.model.layers))  # the stage's share of the lookups
+        _offload(ctx, st, shape, tokens)  # each stage's GPUs read their own offloaded weights
+        if s > 0:
+            st.add("stage_recv", stage_transfer_us(ctx, shape, tokens, s))
+        st.add("overhead", PREFILL_OVERHEAD_US)
+        out.append(st)
+    return out
+
+
+def stage_transfer_us(ctx: PerfContext, shape: Shape, tokens: int, stage: int) -> float:
+    """Activations of `tokens` into `stage` from the one before: two hidden-wide BF16 tensors
+    per token (hidden states and residual; the mHC residual stream is routes wide), each TP
+    rank sending 1/tp over its own link (NVLink inside a node or NVLink domain, its NIC
+    between HGX nodes), then an all-gather over the receiving stage's TP group."""
+    m, system = ctx.model, ctx.system
+    tensors = engines().vllm.pipeline.stage_tensors.value
+    nbytes = tokens * m.hidden_size * (m.mhc_routes or 1) * 2 * tensors
+    first_rank = stage * shape.stage_gpus
+    per = system.gpus_per_tray
+    across = system.form != "nvl72" and first_rank // per != (first_rank - 1) // per
+    send = comm.transfer_us(system, nbytes / shape.tp, "rdma" if across else "nvlink",
+                            ctx.nic_gbps)
+    return send + comm.all_gather_us(system, _link(ctx, shape), shape.tp, nbytes)
 
 
 ATTENTION_SIDE = ("attn_proj", "attention", "indexer", "all_reduce", "router", "glue", "mhc")

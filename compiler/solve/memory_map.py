@@ -1,7 +1,8 @@
 """What each memory domain of an instance's GPUs holds, in GiB (compiler.memory.gpu_budget,
-split evenly over the GPU's domains: weights are split die-local by output columns)."""
+split evenly over the GPU's domains: weights are split die-local by output columns). The GPUs
+of pipeline stages hold different layers: `stage_domain_memory` gives each stage's."""
 
-from compiler.memory import GpuBudget, gpu_budget
+from compiler.memory import GpuBudget, gpu_budget, stage_budgets
 from compiler.plan import DomainMemory
 from compiler.shapes import Shape
 from compiler.solve.problem import Problem
@@ -10,6 +11,14 @@ from compiler.solve.problem import Problem
 def domain_memory(p: Problem, role: str, shape: Shape, prefill_gpus: int) -> DomainMemory:
     mem = gpu_budget(p.inputs, role, shape, prefill_gpus if role == "prefill" else shape.gpus)
     return split(mem, p.inputs.system.domains_per_gpu)
+
+
+def stage_domain_memory(p: Problem, role: str, shape: Shape, prefill_gpus: int
+                        ) -> tuple[DomainMemory, ...]:
+    """Per pipeline stage (rank r of the instance is on stage r // shape.stage_gpus)."""
+    budgets = stage_budgets(p.inputs, role, shape,
+                            prefill_gpus if role == "prefill" else shape.gpus)
+    return tuple(split(b, p.inputs.system.domains_per_gpu) for b in budgets)
 
 
 def split(mem: GpuBudget, domains: int) -> DomainMemory:

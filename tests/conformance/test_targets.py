@@ -187,6 +187,36 @@ def test_weight_offload_flags_parse_with_vllm_033_and_dynamo_161(tmp_path):
     assert_all_ok(harness.check_dynamo_lines(workers))
 
 
+def test_pipeline_stages_parse_and_build_with_vllm_033(tmp_path):
+    """Pipelined prefill (TPnPPm, TPnEPnPPm) reaches vLLM as --pipeline-parallel-size with the
+    mp launch over --nnodes where stages span nodes; every line parses, each leader's engine
+    config builds (world size over nodes, layers over stages, the model's PP support), and
+    Dynamo's workers parse too."""
+    from compiler import api
+    from tests.builders import write_case
+    path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
+                      hardware={"nodes": 4},
+                      workload={"profile": "fixed", "isl": 65536, "osl": 1024},
+                      objective={"mode": "pinned", "instances": [
+                          {"role": "prefill", "shape": "TP8EP8PP2", "count": 1},
+                          {"role": "prefill", "shape": "TP4PP2", "count": 1},
+                          {"role": "decode", "shape": "TP8", "count": 1}]},
+                      serving={"kv_cache_dtype": "fp8", "max_model_len": 70000})
+    out = api.compile(path, only=("vllm", "dynamo")).artifacts
+    lines = [s.argv for s in emitted.scripts(out)]
+    staged = [argv for argv in lines if "--pipeline-parallel-size" in argv]
+    assert len(staged) == 3 and sum("--nnodes" in argv for argv in staged) == 2
+    assert_all_ok(harness.check_vllm_lines(lines))
+    config = hf_config("deepseek-v3")
+    leaders = [without_reasoning_parser(a) for a in staged if "--headless" not in a]
+    assert len(leaders) == 2
+    assert_all_ok([harness.check_vllm_engine_config(a, config) for a in leaders])
+    [dgd] = emitted.documents(out, "dynamo")
+    workers = [w for w in emitted.dynamo_lines(dgd).values() if w[2] == "dynamo.vllm"]
+    assert any("--pipeline-parallel-size" in w for w in workers)
+    assert_all_ok(harness.check_dynamo_lines(workers))
+
+
 REGISTRY = """
 import json, re, sys
 names = {}

@@ -111,21 +111,24 @@ def test_parallel_sizes_times_nodes_equal_each_instance_gpus(case):
         instance = plan.instance(instance_id)
         tp = int(scripts[0].flag("--tensor-parallel-size"))
         dp = int(scripts[0].flag("--data-parallel-size") or 1)
+        pp = int(scripts[0].flag("--pipeline-parallel-size") or 1)
         local = {len(s.env["CUDA_VISIBLE_DEVICES"].split(",")) for s in scripts}
-        assert tp * dp == len(instance.gpus) == len(scripts) * local.pop()
+        assert tp * dp * pp == len(instance.gpus) == len(scripts) * local.pop()
+        assert pp == instance.pp
         if len(scripts) > 1 and dp > 1:
             local_sizes = {int(s.flag("--data-parallel-size-local")) for s in scripts}
             assert local_sizes == {dp // len(scripts)}
-        if len(scripts) > 1 and tp > 1:
+        if len(scripts) > 1 and tp * pp > 1 and dp == 1:
             assert {int(s.flag("--nnodes")) for s in scripts} == {len(scripts)}
     for component in dgd_workers(case):
         argv = emitted.main_container(component["podTemplate"])["args"]
         gpus = int(emitted.main_container(component["podTemplate"])["resources"]["limits"]
                    ["nvidia.com/gpu"])
         nodes = component.get("multinode", {}).get("nodeCount", 1)
-        tp_dp = int(emitted.flag_value(argv, "--tensor-parallel-size")) * int(
-            emitted.flag_value(argv, "--data-parallel-size") or 1)
-        assert tp_dp == nodes * gpus
+        world = int(emitted.flag_value(argv, "--tensor-parallel-size")) * int(
+            emitted.flag_value(argv, "--data-parallel-size") or 1) * int(
+            emitted.flag_value(argv, "--pipeline-parallel-size") or 1)
+        assert world == nodes * gpus
 
 
 @pytest.mark.parametrize("case", CASES)
