@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: prefill-00 (TP8PP2, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t00, node h200-node-0
+# rackc: prefill-00 (TP8EP8PP2, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t00, node h200-node-0
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
@@ -13,6 +13,7 @@ export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 8 \
   --pipeline-parallel-size 2 \
+  --enable-expert-parallel \
   --max-num-seqs 64 \
   --max-num-batched-tokens 8192 \
   --max-model-len 135168 \

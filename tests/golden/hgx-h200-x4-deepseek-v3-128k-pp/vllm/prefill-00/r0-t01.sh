@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: prefill-00 (TP8PP2, prefill), node 2 of 2 (headless): ranks 8-15 on tray r0-t01, node h200-node-1
+# rackc: prefill-00 (TP8EP8PP2, prefill), node 2 of 2 (headless): ranks 8-15 on tray r0-t01, node h200-node-1
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
@@ -13,6 +13,7 @@ export VLLM_NIXL_SIDE_CHANNEL_PORT=5592
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 8 \
   --pipeline-parallel-size 2 \
+  --enable-expert-parallel \
   --max-num-seqs 64 \
   --max-num-batched-tokens 8192 \
   --max-model-len 135168 \
