@@ -93,15 +93,25 @@ def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) ->
 
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
-            rho: float, q: float, fill_us: float = 0.0) -> float:
+            rho: float, q: float, fill_us: float = 0.0, max_wait_us: float = math.inf) -> float:
     """Time to first token at quantile q: the request's prefill chunks (a long prompt at the
     P90 of lengths needs more), the KV hand-off, and waiting at a prefill rank. Through
     pipeline stages the chunks follow each other one slowest stage (`chunk_us`) apart and the
     last one still passes the other stages (`fill_us`): n chunks take (n + pp - 1) stage
-    turns where stages are equal, so a prompt shorter than pp chunks leaves stages idle."""
+    turns where stages are equal, so a prompt shorter than pp chunks leaves stages idle.
+    The queue's unit of service is a request's hold on the rank: its chunks (vLLM schedules
+    prompts first come, first served), at least one step; a closed loop of clients bounds the
+    wait (`max_wait_us`)."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
     service = chunk_us * max(1.0, new * spread / chunk_tokens) + fill_us
-    return service + transfer_us + queue_wait(rho, chunk_us, q)
+    hold = request_hold_us(chunk_us, chunk_tokens, new)
+    return service + transfer_us + min(queue_wait(rho, hold, q), max_wait_us)
+
+
+def request_hold_us(chunk_us: float, chunk_tokens: int, new: float) -> float:
+    """How long a prompt of `new` tokens holds a prefill rank: its share of the token budget's
+    steps, at least one step."""
+    return chunk_us * max(1.0, new / chunk_tokens)
 
 
 def queue_wait(rho: float, service_us: float, q: float) -> float:
@@ -142,12 +152,17 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
 
     transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
 
+    p_ranks = sum(g.ranks for g in prefill)
+
     def ttft(rate: float, q: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
         g = prefill[0]
         step = p_steps[id(g)]
+        # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
+        ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) \
+            * request_hold_us(step.us, g.max_batched_tokens, new)
         return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
-                       step.fill_us)
+                       step.fill_us, ahead)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from compiler.solve import racks
-from compiler.solve.problem import SCALE, Problem
+from compiler.solve.problem import Problem, scaled_supply
 
 
 @dataclass
@@ -127,13 +127,13 @@ def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     for role in ("prefill", "decode", "aggregated"):
         terms = [(i, c) for i, c in enumerate(p.candidates) if c.role == role and i in v.n]
         if terms:
-            supply = sum(_all(v, i) * max(1, round(c.requests_per_s * SCALE)) for i, c in terms)
+            supply = sum(_all(v, i) * scaled_supply(c.requests_per_s) for i, c in terms)
             m.add(v.goodput <= supply)
 
 
 def supply(v: CountVars, p: Problem) -> cp_model.LinearExpr:
-    """Prefill plus decode supply (milli-requests/s): the tie-break after goodput."""
-    return sum(_all(v, i) * max(1, round(c.requests_per_s * SCALE))
+    """Prefill plus decode supply (CP-SAT units): the tie-break after goodput."""
+    return sum(_all(v, i) * scaled_supply(c.requests_per_s)
                for i, c in enumerate(p.candidates) if i in v.n)
 
 

@@ -12,7 +12,7 @@ from ortools.sat.python import cp_model
 from compiler.solve import constraints as rules
 from compiler.solve import racks
 from compiler.solve.params import solver
-from compiler.solve.problem import Problem
+from compiler.solve.problem import SCALE, Problem
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def solve_counts(p: Problem) -> Counts | list[str]:
     by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
     totals = [by_candidate.get(i, 0) for i in range(len(p.candidates))]
     by_domain = racks.split(p, rules.items(p), totals, v.capacity, s)
-    return Counts(by_candidate, by_domain, both, goodput / 1000, bound / 1000,
+    return Counts(by_candidate, by_domain, both, goodput / SCALE, bound / SCALE,
                   round(seconds + s.deterministic_time, 3))
 
 

@@ -4,6 +4,7 @@ Built once from the validated inputs, the graph and the perf model; pure data af
 CP-SAT models in this package are deterministic functions of it.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -14,7 +15,14 @@ from compiler.memory import gpu_budget
 from compiler.perf.capacity import Candidate
 from compiler.shapes import Shape
 
-SCALE = 1000  # capacities enter CP-SAT as integer milli-requests per second
+SCALE = 1_000_000  # capacities enter CP-SAT as integer micro-requests per second
+
+
+def scaled_supply(requests_per_s: float) -> int:
+    """A candidate's capacity in CP-SAT units, rounded down: the plan never promises more
+    than the SLO allows (a 128K-prompt prefill sustains ~0.016 requests/s, where rounding to
+    the nearest milli-request overshot its TTFT by 2%)."""
+    return max(1, math.floor(requests_per_s * SCALE))
 
 
 @dataclass(frozen=True)

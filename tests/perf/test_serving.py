@@ -99,3 +99,21 @@ def test_balance_says_what_spare_prefill_buys():
     assert (b["prefill_instances_needed"], b["prefill_instances_spare"]) == (5, 15)
     assert b["prefill_utilisation_with_spare"] < b["prefill_utilisation_without_spare"]
     assert b["ttft_ms_p90_with_spare"] < b["ttft_ms_p90_without_spare"]
+
+
+def test_a_long_prompt_queues_for_whole_prompts():
+    """At the same utilisation a prompt of 16 chunks waits 16 times as long as a one-chunk
+    prompt: the queue's unit is a request's hold on the rank, not one step."""
+    one = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.8, 0.9)
+    sixteen = serving.ttft_us(1000.0, 8192, 16 * 8192, 0.0, 0.0, 0.8, 0.9)
+    wait_one, wait_sixteen = one - 1000.0, sixteen - 16 * 1000.0
+    assert wait_one > 0
+    assert wait_sixteen == pytest.approx(16 * wait_one)
+
+
+def test_a_closed_loop_bounds_the_prefill_wait():
+    """No more than the other clients' prompts can be ahead: the wait is capped at it."""
+    open_loop = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.95, 0.9)
+    closed = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.95, 0.9, max_wait_us=3000.0)
+    assert open_loop > 1000.0 + 3000.0
+    assert closed == pytest.approx(1000.0 + 3000.0)
