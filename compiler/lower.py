@@ -82,8 +82,10 @@ def _number(instance_id: str) -> int:
     return int(instance_id.rsplit("-", 1)[1])
 
 
-def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, list[Choice]]:
-    """The engine choices of one instance (compiler.resolve), and their decisions."""
+def _engine(inputs: Inputs, role: str, shape: Shape, trays: int,
+            pipelined: bool) -> tuple[dict, list[Choice]]:
+    """The engine choices of one instance (compiler.resolve), and their decisions;
+    `pipelined`: a prefill instance of the layout has pipeline stages."""
     r = inputs.resolved
     multi = is_multi_node_nvlink(inputs.system, trays)
     a2a = all2all_of(inputs, role, shape)
@@ -99,7 +101,7 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int) -> tuple[dict, 
     if moe.value is not None:
         choices.append(moe)
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
-    connectors = r.kv_connectors(role)
+    connectors = r.kv_connectors(role, pipelined)
     offload = inputs.deployment.spec.serving.weight_offload
     fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
               "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
@@ -117,6 +119,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
     rows = sorted(zip(sol.wanted, sol.candidates, sol.gpus, sol.ids, strict=True),
                   key=lambda r: (r[0].role, index[r[2][0]]))
     out, made, counter = [], [], dict(sol.problem.next_id)
+    pipelined = any(w.role == "prefill" and w.shape.pp > 1 for w in sol.wanted)
     for w, c, gpus, kept_id in rows:
         if kept_id is None:
             k = counter.get(w.role, 0)
@@ -125,7 +128,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
         util = round(100 * (need.capacity_gib - need.reserved_gib) / need.capacity_gib) / 100
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
         iid = kept_id or f"{w.role}-{k:02d}"
-        fields, choices = _engine(inputs, w.role, w.shape, len(trays))
+        fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
                             tp=w.shape.tp, pp=w.shape.pp, max_batch=c.max_batch,

@@ -144,13 +144,14 @@ class Resolved:
         return Choice("moe_backend", None, "default",
                       f"no listed backend for {fmt} {layout} experts on {family}: vLLM picks")
 
-    def kv_connectors(self, role: str) -> Choice[list[str]]:
-        """P/D instances hand KV over with NIXL; with the pool, the Mooncake store rides along
-        (MultiConnector); aggregated ones only use the store."""
+    def kv_connectors(self, role: str, pipelined: bool = False) -> Choice[list[str]]:
+        """P/D instances hand KV over with NIXL (by push, all of them, where a prefill is
+        `pipelined`); with the pool, the Mooncake store rides along (MultiConnector);
+        aggregated ones only use the store."""
         c = self.engines.vllm.kv_connectors
         chosen = []
         if role in ("prefill", "decode"):
-            chosen.append(c.disaggregated)
+            chosen.append(c.disaggregated_pipelined if pipelined else c.disaggregated)
         if self.kv_pool_dram.value:
             chosen.append(c.store)
         names = [f.value for f in chosen]

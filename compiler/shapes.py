@@ -127,8 +127,9 @@ def _pipeline_problem(shape: Shape, model: ModelSpec) -> str | None:
         why = (f"{model.attention.sliding_layers} sliding-window layers"
                if model.attention.sliding_layers else f"{model.architecture}'s compressed "
                "attention caches")
-        return ("vLLM 0.33's NixlConnector hands off KV from pipeline stages only when every "
-                f"layer is full attention ({why} make the KV layout hybrid)")
+        return ("rackc pipelines prefill only where every layer is full attention, the layout "
+                f"vLLM 0.33's NIXL connectors hand off from stages ({why} make the KV layout "
+                "hybrid)")
     if model.architecture not in pipeline.architectures.value:
         return (f"{model.architecture} is not among the architectures whose vLLM 0.33 class "
                 "implements SupportsPP (catalog/engines/vllm.yaml pipeline.architectures)")

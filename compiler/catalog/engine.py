@@ -87,6 +87,7 @@ class Engram(_Strict):
 
 class KvConnectors(_Strict):
     disaggregated: Fact[str]
+    disaggregated_pipelined: Fact[str]
     store: Fact[str]
     combine: Fact[str]
     env: dict[str, Fact[list[str]]]

@@ -27,9 +27,9 @@ Rules and where their facts come from:
   rack's trays: the engine pods' memory requests fill a tray's allocatable (the host budget), so
   a CPU pod there takes what a pinned worker needs, or leaves it Pending. GPU nodes need not be
   tainted, so a GPU toleration does not keep them off; a required `metadata.name NotIn` does.
-- connector-env: NixlConnector advertises VLLM_NIXL_SIDE_CHANNEL_HOST (vLLM default
-  `localhost`, which no peer reaches); Dynamo 1.6.1 fills it in only when the connector is
-  NixlConnector or PdConnector, not a MultiConnector member (dynamo/vllm/args.py
+- connector-env: NixlConnector and NixlPushConnector advertise VLLM_NIXL_SIDE_CHANNEL_HOST
+  (vLLM default `localhost`, which no peer reaches); Dynamo 1.6.1 fills it in only when the
+  connector is NixlConnector or PdConnector, not a MultiConnector member (dynamo/vllm/args.py
   _uses_nixl_connector), and its operator only for multi-node components.
   MooncakeStoreConnector reads MOONCAKE_CONFIG_PATH (vLLM distributed/mooncake_store.py), from a
   mounted folder in a pod.
@@ -38,8 +38,9 @@ Rules and where their facts come from:
   goes over TCP).
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
-  low-latency, the environment of all-to-all backends across trays) and the frontend's KV
-  block size equal to the workers'.
+  low-latency, the environment of all-to-all backends across trays), the frontend's KV block
+  size equal to the workers', and NIXL by push on every P/D engine where a prefill has
+  pipeline stages (kv_connectors.disaggregated_pipelined: the pull connector reads one stage).
 """
 
 import json
@@ -52,6 +53,8 @@ from compiler.plan import Plan
 from compiler.validate import bundle, placement, pods
 from compiler.validate.pods import Engine, Node, PodGroup
 from schemas.diagnostics import Diagnostic
+
+NIXL = frozenset({"NixlConnector", "NixlPushConnector"})  # vLLM 0.33's P/D hand-off: pull, push
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ def _engine_ports(e: Engine) -> set[int]:
     ports = set()
     if not e.has("--headless"):
         ports.add(_int(e.flag("--port"), 8000))
-    if any(c.get("kv_connector") == "NixlConnector" for c in e.connectors()):
+    if any(c.get("kv_connector") in NIXL for c in e.connectors()):
         base = _int(e.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT"), 5600)
         start = _int(e.flag("--data-parallel-start-rank"), 0)
         local = _int(e.flag("--data-parallel-size-local"), 0) or _local_ranks(e)
@@ -401,7 +404,7 @@ def connector_env(ctx: Context) -> list[Finding]:
     for e in _all_engines(ctx):
         config = _top_connector(e)
         names = [c.get("kv_connector") for c in e.connectors()]
-        if "NixlConnector" in names and not _set(e, "VLLM_NIXL_SIDE_CHANNEL_HOST"):
+        if NIXL & set(names) and not _set(e, "VLLM_NIXL_SIDE_CHANNEL_HOST"):
             filled = e.launcher == "dynamo" and config in ("NixlConnector", "PdConnector")
             operator = e.group is not None and e.group.multinode and e.launcher == "dynamo" \
                 and e.group.obj.kind == "DynamoGraphDeployment"
@@ -490,7 +493,7 @@ def rdma_transport(ctx: Context) -> list[Finding]:
     for e in _all_engines(ctx):
         names = [c.get("kv_connector") for c in e.connectors()]
         tls = e.env.get("UCX_TLS")
-        if split and "NixlConnector" in names and tls and not \
+        if split and NIXL & set(names) and tls and not \
                 {t.strip() for t in tls.split(",")} & _UCX_RDMA:
             out.append(Finding("rdma-transport", e.file, e.line, e.where,
                                "an RDMA transport in UCX_TLS for KV between NVLink domains",
@@ -565,6 +568,8 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                     out.append(Finding("engine-capability", e.file, e.line, e.where,
                                        f"{key}={value} for {a2a} across trays",
                                        f"{key}={e.env.get(key)}", need.source))
+    for engines in [b.engines for b in ctx.bundles] + [ctx.scripts]:
+        out += _pipelined_peers_push(engines, facts)
     for b in ctx.bundles:
         worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
         for g in b.groups:
@@ -581,6 +586,21 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                            "the router hashes prompts in blocks of this size "
                                            "to match the workers' KV events"))
     return out
+
+
+def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
+    """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes."""
+    def nixl(e: Engine) -> set[str]:
+        return {c.get("kv_connector") for c in e.connectors()} & NIXL
+
+    if facts is None or not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
+                                for e in engines):
+        return []
+    push = facts.vllm.kv_connectors.disaggregated_pipelined
+    return [Finding("engine-capability", e.file, e.line, e.where,
+                    f"{push.value} beside a prefill with pipeline stages",
+                    ", ".join(sorted(nixl(e))), push.source)
+            for e in engines if nixl(e) and nixl(e) != {push.value}]
 
 
 def _after(words: list[str], flag: str) -> str | None:

@@ -63,3 +63,16 @@ def test_solver_takes_stages_when_tp_misses_the_ttft(tmp_path):
                          only=("vllm",))
     assert {i.shape for i in result.plan.instances if i.role == "prefill"} == {"TP8PP2"}
     assert result.plan.predicted.ttft_ms_p90 <= 12000
+
+
+def test_a_pipelined_prefill_and_its_decode_peers_push_kv(tmp_path):
+    """NIXL hands KV off from pipeline stages only by push, and push peers only handshake
+    with push peers (catalog/engines/vllm.yaml kv_connectors.disaggregated_pipelined)."""
+    pipelined = api.compile(_case(tmp_path / "pp", {"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "TP8PP2", "count": 1},
+        {"role": "decode", "shape": "TP8", "count": 2}]}), only=("vllm",)).plan
+    assert {i.kv_connectors[0] for i in pipelined.instances} == {"NixlPushConnector"}
+    flat = api.compile(_case(tmp_path / "tp", {"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "TP8", "count": 2},
+        {"role": "decode", "shape": "TP8", "count": 2}]}), only=("vllm",)).plan
+    assert {i.kv_connectors[0] for i in flat.instances} == {"NixlConnector"}

@@ -15,6 +15,7 @@ from tests.conftest import EXAMPLES
 VR = "vr-nvl72-deepseek-v4.1-flash"
 GB300 = "gb300-nvl72-deepseek-v4.1-flash"
 HGX = "hgx-h200-deepseek-v3"
+HGX_PP = "hgx-h200-x4-deepseek-v3-128k-pp"
 EXAMPLE_NAMES = (VR, GB300, HGX)
 
 

@@ -13,7 +13,7 @@ import yaml
 from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
 
-from .bundles import GB300, HGX, VR, compiled, component, edit, main
+from .bundles import GB300, HGX, HGX_PP, VR, compiled, component, edit, main
 
 DGD = "k8s/dynamo-graph.yaml"
 
@@ -492,6 +492,22 @@ def test_engine_capability_reads_the_catalog_when_it_has_engines():
     plan, files = compiled(VR)
     ctx = rules.context(plan, files)
     assert rules.engine_capability(ctx) == rules.engine_capability(ctx, catalog.engines())
+
+
+def test_a_pipelined_prefill_and_its_peers_hand_kv_off_by_push():
+    """vLLM 0.33's pull connector reads one pipeline stage: beside a PP prefill, a decode
+    engine left on NixlConnector is named (its launch scripts, its pods alike)."""
+    from compiler import catalog
+
+    plan, files = compiled(HGX_PP)
+    assert any(i.pp > 1 for i in plan.instances)
+    assert rules.engine_capability(rules.context(plan, files), catalog.engines()) == []
+    decode = [p for p in files if p.startswith("vllm/decode-00/")]
+    for path in decode:
+        files[path] = files[path].replace('"NixlPushConnector"', '"NixlConnector"')
+    found = rules.engine_capability(rules.context(plan, files), catalog.engines())
+    assert {f.file for f in found} == set(decode)
+    assert all(f.got == "NixlConnector" and "NixlPushConnector" in f.expected for f in found)
 
 
 # --- the registry ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --moe-backend deep_gemm \
   --linear-backend deep_gemm \
   --attention-backend FLASHMLA \
-  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
+  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlPushConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --port 8000 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v3
