@@ -286,7 +286,9 @@ def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     permute of the routed copies (each token's row read once, every copy written), SiLU x mul
     on the copies' intermediate and the weighted un-permute sum (vLLM `moe_sum`)."""
     moe, h = ctx.model.moe, ctx.model.hidden_size
-    copies = tokens * moe.top_k
+    copies = tokens * moe.top_k  # DEP: the rank's share after dispatch; TP: every copy
+    if shape.dp == 1 and shape.ep > 1:  # TPxEP: every rank sees all tokens, keeps its experts'
+        copies /= shape.ep
     inter = moe.expert_intermediate // (shape.tp // shape.ep) if shape.dp == 1 else \
         moe.expert_intermediate
     rows = (copies + tokens) * h * 2
