@@ -27,7 +27,7 @@ from compiler.plan import (
     Tray,
 )
 from compiler.resolve import Choice, is_multi_node_nvlink
-from compiler.shapes import Shape
+from compiler.shapes import Shape, stage_layers
 from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory
 from compiler.solve.place import gap, gpu_index
@@ -131,7 +131,9 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
         fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
-                            tp=w.shape.tp, pp=w.shape.pp, max_batch=c.max_batch,
+                            tp=w.shape.tp, pp=w.shape.pp,
+                            stage_layers=stage_layers(inputs.model.spec.layers, w.shape.pp)
+                            if w.shape.pp > 1 else [], max_batch=c.max_batch,
                             max_batched_tokens=c.max_batched_tokens,
                             gpu_memory_utilization=util, **fields))
         made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})

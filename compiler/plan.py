@@ -96,7 +96,7 @@ class Serving(Frozen):
 
 class Instance(OmitsOptional):
     OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group",
-                                           "pp")
+                                           "pp", "stage_layers")
 
     id: str  # {role}-{index:02d}
     role: Role
@@ -121,6 +121,7 @@ class Instance(OmitsOptional):
     cpu_offload_params: list[str] = []
     group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
     pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
+    stage_layers: list[int] = []  # decoder layers per stage, as vLLM splits them (with pp > 1)
 
 
 class DomainMemory(Frozen):
@@ -294,6 +295,7 @@ class PredictedGroup(Frozen):
     chunk_tokens: int | None = None
     prefill_step_us: float | None = None  # with pipeline stages: the slowest stage's time
     pipeline_fill_us: float | None = None  # the other stages' time a chunk also passes
+    prompt_us: float | None = None  # a median prompt's own prefill: its chunks (and the fill)
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler):

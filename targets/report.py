@@ -61,14 +61,44 @@ def performance_md(plan: Plan) -> str:
 
 
 def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:
-    """What a pipelined prefill's step means: its slowest stage, and the fill."""
-    stages = {i.shape: i.pp for i in plan.instances if i.pp > 1}
+    """What a pipelined prefill is: its stages (layers, GPUs, memory), what its step and a
+    prompt's time mean, how its KV leaves it, and what it shares with whom."""
     out = []
-    for r in rows:
-        if "pipeline_fill_us" in r and r["shape"] in stages:
-            out += ["", f"{r['shape']}: the step is the slowest of its {stages[r['shape']]} "
-                    f"pipeline stages; each chunk also spends {r['pipeline_fill_us'] / 1e3:,.1f}"
-                    " ms in the others, so a prompt of n chunks takes n steps plus that fill."]
+    by_shape = {r["shape"]: r for r in rows if r.get("pipeline_fill_us") is not None}
+    tray_of = {g: t.id for t in plan.hardware.trays for g in t.gpus}
+    for inst in plan.instances:
+        r = by_shape.get(inst.shape)
+        if inst.pp == 1 or r is None:
+            continue
+        out += ["", f"### {inst.id}: {inst.shape}, {inst.pp} pipeline stages", "",
+                "| stage | layers | GPUs | trays | weights GiB/GPU | KV GiB/GPU |",
+                "|---|---|---|---|---|---|"]
+        for k, layers in enumerate(inst.stage_layers):
+            gpus = inst.gpus[k * inst.tp:(k + 1) * inst.tp]
+            trays = sorted({tray_of[g] for g in gpus})
+            mem = next(m for d, m in plan.memory.items() if d.startswith(gpus[0] + "-"))
+            out.append(f"| {k} | {layers} | {gpus[0]} .. {gpus[-1]} | {', '.join(trays)} | "
+                       f"{mem.weights_gib:g} | {mem.kv_gib:g} |")
+        nixl = [c for c in inst.kv_connectors if c.startswith("Nixl")]
+        link = ("the NICs (the stages are on different nodes)"
+                if plan.hardware.form == "hgx" and len(inst.trays) > 1 else "NVLink")
+        out += ["",
+                f"- A step is one chunk of {r['chunk_tokens']:,} tokens per stage and lasts the "
+                f"slowest stage's {r['prefill_step_us'] / 1e3:,.1f} ms; each chunk also spends "
+                f"{r['pipeline_fill_us'] / 1e3:,.1f} ms in the other stages, so a prompt of n "
+                f"chunks takes n steps plus that fill: {r['prompt_us'] / 1e6:,.1f} s for the "
+                f"median prompt (the TTFT above adds the KV hand-off and the wait for other "
+                "prompts).",
+                f"- Between stages each chunk's hidden states and residual cross over {link}; "
+                "vLLM sizes every stage's KV cache to the smallest stage's block count.",
+                f"- Each stage hands its own layers' KV to the decode instances ("
+                f"{', '.join(nixl) or 'no connector'}: the pull connector would read one stage, "
+                "so the decode instances push too).",
+                f"- The {len(inst.trays)} trays are one failure domain: losing one stops the "
+                "instance."]
+        if plan.kv_pool.enabled:
+            out.append("- The Mooncake store keys carry the pipeline size (`@store_pp`): blocks "
+                       f"this instance stores are found only by engines with {inst.pp} stages.")
     return out
 
 

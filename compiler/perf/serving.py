@@ -185,7 +185,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     return _finish(w, state, slowest, ttft(state.rate, 0.5), ttft(state.rate, 0.9), hit,
                    power_w, total_gpus, ctx,
                    [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
-                   + [_prefill_row(g, p_steps[id(g)]) for g in prefill],
+                   + [_prefill_row(g, p_steps[id(g)], new) for g in prefill],
                    {"decode": steps[id(decode[0])].rounded(),
                     "prefill": p_steps[id(prefill[0])].rounded()},
                    state.rate * new / p_cap if p_cap else 0.0)
@@ -314,9 +314,11 @@ def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
     return per_user, per_user / (1 + Z90 * cv)
 
 
-def _prefill_row(g: Group, st: StepTime) -> dict:
+def _prefill_row(g: Group, st: StepTime, new: float) -> dict:
+    prompt = request_hold_us(st.us, g.max_batched_tokens, new) + st.fill_us
     row = {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
-           "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1)}
+           "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1),
+           "prompt_us": round(prompt, 1)}
     if g.shape.pp > 1:
         row["pipeline_fill_us"] = round(st.fill_us, 1)
     return row

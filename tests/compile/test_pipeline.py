@@ -76,3 +76,21 @@ def test_a_pipelined_prefill_and_its_decode_peers_push_kv(tmp_path):
         {"role": "prefill", "shape": "TP8", "count": 2},
         {"role": "decode", "shape": "TP8", "count": 2}]}), only=("vllm",)).plan
     assert {i.kv_connectors[0] for i in flat.instances} == {"NixlConnector"}
+
+
+def test_the_report_explains_the_stages(tmp_path):
+    """The report gives each stage's layers (vLLM's split: 31 + 30 of DeepSeek-V3's 61), GPUs
+    and memory, the prompt's own time, and how the KV leaves the stages."""
+    result = api.compile(_case(tmp_path / "pp", {"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "TP8PP2", "count": 1},
+        {"role": "decode", "shape": "TP8", "count": 2}]}), only=("report",))
+    [prefill] = [i for i in result.plan.instances if i.role == "prefill"]
+    assert prefill.stage_layers == [31, 30]
+    md = result.artifacts["report/performance.md"]
+    assert "| 0 | 31 | r0-t00-g0 .. r0-t00-g7 | r0-t00 |" in md
+    assert "| 1 | 30 | r0-t01-g0 .. r0-t01-g7 | r0-t01 |" in md
+    assert "NixlPushConnector" in md and "over the NICs" in md
+    [row] = [r for r in result.plan.predicted.instances if r.role == "prefill"]
+    chunks = 131072 / row.chunk_tokens
+    assert row.prompt_us == pytest.approx(chunks * row.prefill_step_us + row.pipeline_fill_us,
+                                          rel=1e-6)
