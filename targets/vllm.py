@@ -38,13 +38,16 @@ def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: Ran
 
 def launch_env(plan: Plan, component: Component, group: RankGroup) -> dict[str, str]:
     """NIXL listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the rank's DP index
-    (nixl/base_scheduler.py): the base makes each rank's port its GPU's index above 5600."""
+    (nixl/base_scheduler.py): the base makes each rank's port its GPU's index above 5600. The
+    listener is the scheduler's: a headless node of a TP / PP instance runs workers only
+    (entrypoints/cli/serve.py), so it gets no port."""
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.device_indices)),
            # NIXL's handshake address: what decode engines dial to pull this node's KV.
            "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
-           "VLLM_NIXL_SIDE_CHANNEL_PORT": str(NIXL_PORT + slot(group) - group.first_rank),
            **cache_env(plan),
            **engine_env(plan, component)}
+    if group.is_leader or component.instances[0].dp > 1:
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(NIXL_PORT + slot(group) - group.first_rank)
     if pool_enabled(plan):
         env["MOONCAKE_CONFIG_PATH"] = client_config_path(group.node_name)
     return dict(sorted(env.items()))

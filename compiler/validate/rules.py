@@ -17,7 +17,8 @@ Rules and where their facts come from:
   not bind the same port, and hostNetwork pods declare what they bind so that the scheduler
   keeps them apart: vLLM's API `--port` (default 8000) and NIXL's side channel
   (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600, + the DP index: vLLM 0.33
-  distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py).
+  distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py; the scheduler's, so a
+  headless node of a TP or PP instance binds none).
 - selector-matches-node: every nodeSelector and required node affinity admits a node of the
   rack manifest, with the labels known there (the manifest's node_labels, kubernetes.io/arch,
   kubernetes.io/os; metadata.name as a field), unless it excludes every one by name
@@ -207,7 +208,8 @@ def _engine_ports(e: Engine) -> set[int]:
     ports = set()
     if not e.has("--headless"):
         ports.add(_int(e.flag("--port"), 8000))
-    if any(c.get("kv_connector") in NIXL for c in e.connectors()):
+    schedules = not e.has("--headless") or _int(e.flag("--data-parallel-size"), 1) > 1
+    if schedules and any(c.get("kv_connector") in NIXL for c in e.connectors()):
         base = _int(e.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT"), 5600)
         start = _int(e.flag("--data-parallel-start-rank"), 0)
         local = _int(e.flag("--data-parallel-size-local"), 0) or _local_ranks(e)

@@ -9,7 +9,6 @@ export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_ENGINE_READY_TIMEOUT_S=2280
 export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-1
-export VLLM_NIXL_SIDE_CHANNEL_PORT=5592
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 8 \
   --pipeline-parallel-size 2 \
