@@ -258,8 +258,11 @@ def test_defect_10_instances_on_one_host_bind_distinct_ports(case):
             ports[("api", int(s.flag("--port")))] += 1
         first = int(s.flag("--data-parallel-start-rank") or 0)
         ranks = len(s.env["CUDA_VISIBLE_DEVICES"].split(","))
-        nixl = int(s.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
-        ports.update(("nixl", nixl + first + k) for k in range(ranks))  # + DP index
+        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in s.env:
+            nixl = int(s.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+            ports.update(("nixl", nixl + first + k) for k in range(ranks))  # + DP index
+        else:  # only a headless TP / PP node, whose workers run no scheduler, binds none
+            assert "--headless" in s.argv and not s.flag("--data-parallel-size"), s.instance
         for flag in ("--data-parallel-rpc-port", "--master-port"):
             if s.flag(flag) and "--headless" not in s.argv and s.flag("--node-rank") in (
                     None, "0"):
