@@ -24,6 +24,7 @@ from compiler.plan import (
     SolverInfo,
 )
 from compiler.solve.place import gap
+from compiler.solve.problem import DECIMALS
 from schemas.diagnostics import CompileError, Diagnostic
 
 _RACK = re.compile(r"^r([0-9]+)(-.*)?$")
@@ -137,14 +138,15 @@ def _solver(infos: list[SolverInfo]) -> SolverInfo:
     """Goodputs add up (each group serves its own share); the worst status and gap hold."""
     def phase(ps: list[PhaseSolve]) -> PhaseSolve:
         obj, bound = sum(p.objective for p in ps), sum(p.bound for p in ps)
-        return PhaseSolve(status=_status(p.status for p in ps), objective=round(obj, 3),
-                          bound=round(bound, 3), gap=max(p.gap for p in ps),
+        return PhaseSolve(status=_status(p.status for p in ps),
+                          objective=round(obj, DECIMALS), bound=round(bound, DECIMALS),
+                          gap=max(p.gap for p in ps),
                           seconds=round(sum(p.seconds for p in ps), 3))
     counts, placement = phase([s.counts for s in infos]), phase([s.placement for s in infos])
     counts = counts.model_copy(update={"gap": round(gap(counts.objective, counts.bound), 6)})
     return SolverInfo(status=_status(s.status for s in infos),
-                      objective=round(sum(s.objective for s in infos), 3),
-                      bound=round(sum(s.bound for s in infos), 3),
+                      objective=round(sum(s.objective for s in infos), DECIMALS),
+                      bound=round(sum(s.bound for s in infos), DECIMALS),
                       seconds=round(sum(s.seconds for s in infos), 3), counts=counts,
                       placement=placement, racks=[r for s in infos for r in s.racks])
 

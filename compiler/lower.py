@@ -31,6 +31,7 @@ from compiler.shapes import Shape, stage_layers
 from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory
 from compiler.solve.place import gap, gpu_index
+from compiler.solve.problem import DECIMALS
 
 
 def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
@@ -208,17 +209,19 @@ def _pool(inputs: Inputs, host: dict[str, HostMemory],
 def _solver(sol: Solution) -> SolverInfo:
     """Status, objective and gap of both phases, and of each per-rack placement model."""
     c, p = sol.counts, sol.placement
-    racks = [RackSolve(domains=list(r.domains), status=r.status, objective=round(r.objective, 3),
-                       bound=round(r.bound, 3), gap=round(r.gap, 6)) for r in p.domains]
+    racks = [RackSolve(domains=list(r.domains), status=r.status,
+                       objective=round(r.objective, DECIMALS), bound=round(r.bound, DECIMALS),
+                       gap=round(r.gap, 6)) for r in p.domains]
     return SolverInfo(
         status="OPTIMAL" if c.status == p.status == "OPTIMAL" else "FEASIBLE",
-        objective=round(c.objective, 3), bound=round(c.bound, 3),
+        objective=round(c.objective, DECIMALS), bound=round(c.bound, DECIMALS),
         seconds=round(c.deterministic_seconds + p.deterministic_seconds, 3),
-        counts=PhaseSolve(status=c.status, objective=round(c.objective, 3),
-                          bound=round(c.bound, 3), gap=round(gap(c.objective, c.bound), 6),
+        counts=PhaseSolve(status=c.status, objective=round(c.objective, DECIMALS),
+                          bound=round(c.bound, DECIMALS),
+                          gap=round(gap(c.objective, c.bound), 6),
                           seconds=c.deterministic_seconds),
-        placement=PhaseSolve(status=p.status, objective=round(p.objective, 3),
-                             bound=round(p.bound, 3),
+        placement=PhaseSolve(status=p.status, objective=round(p.objective, DECIMALS),
+                             bound=round(p.bound, DECIMALS),
                              gap=max((r.gap for r in racks), default=0.0),
                              seconds=p.deterministic_seconds),
         racks=racks)

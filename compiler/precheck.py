@@ -124,6 +124,16 @@ def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Di
     return out
 
 
+def pool_problem(inputs: Inputs) -> str | None:
+    """Why a pipelined instance cannot run beside this deployment's Mooncake pool, or None."""
+    if not inputs.resolved.kv_pool_dram.value:
+        return None
+    fact = inputs.resolved.engines.vllm.pipeline.store_connector
+    return (f"with serving.kv_pool.dram the engines load {fact.value}, which takes no pipeline "
+            "stages in vLLM 0.33 (catalog/engines/vllm.yaml pipeline.store_connector); set "
+            "kv_pool.dram: false or use a shape without PPm")
+
+
 def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str,
                        available: int) -> tuple[str | None, set[str]]:
     """Why the shape `name` cannot serve `role`, or None; and the shapes that could."""
@@ -137,6 +147,8 @@ def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: st
     if problem is None and shape.pp > 1 and role != "prefill":
         problem = ("pipeline stages serve prefill only (rackc does not model decode through "
                    f"stages); use {shape.name.rsplit('PP', 1)[0]} for {asked}")
+    if problem is None and shape.pp > 1:
+        problem = pool_problem(inputs)
     if problem is None and shape.name not in ok:
         problem = "its weights, KV and Engram share do not fit in HBM"
     return problem, ok

@@ -80,7 +80,7 @@ def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:
             out.append(f"| {k} | {layers} | {gpus[0]} .. {gpus[-1]} | {', '.join(trays)} | "
                        f"{mem.weights_gib:g} | {mem.kv_gib:g} |")
         nixl = [c for c in inst.kv_connectors if c.startswith("Nixl")]
-        link = ("the NICs (the stages are on different nodes)"
+        link = ("the NICs between stages on different nodes, NVLink between stages of one node"
                 if plan.hardware.form == "hgx" and len(inst.trays) > 1 else "NVLink")
         out += ["",
                 f"- A step is one chunk of {r['chunk_tokens']:,} tokens per stage and lasts the "
@@ -96,9 +96,6 @@ def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:
                 "so the decode instances push too).",
                 f"- The {len(inst.trays)} trays are one failure domain: losing one stops the "
                 "instance."]
-        if plan.kv_pool.enabled:
-            out.append("- The Mooncake store keys carry the pipeline size (`@store_pp`): blocks "
-                       f"this instance stores are found only by engines with {inst.pp} stages.")
     return out
 
 

@@ -104,6 +104,7 @@ class Pipeline(_Strict):
     dual_batch_overlap: Fact[bool]
     multi_node: Fact[list[str]]
     kv_transfer_full_attention_only: Fact[bool]
+    store_connector: Fact[str]
     hybrid_kv_architectures: Fact[list[str]]
 
 

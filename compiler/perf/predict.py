@@ -61,10 +61,12 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
     with `shape`, which MoE kernels run (a weight-only fallback computes in BF16)."""
     spec = inputs.deployment.spec.serving.speculative
     r = inputs.resolved
-    weight_only, offload = False, 0.0
+    weight_only, offload, batched = False, 0.0, False
     if shape is not None:
+        a2a = all2all_of(inputs, role, shape)
+        batched = r.batched(a2a)
         moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family,
-                            all2all_of(inputs, role, shape)).value
+                            a2a).value
         weight_only = moe in r.engines.vllm.moe.weight_only.value
         offload = offload_gib(inputs, shape)
     asked = inputs.deployment.spec.serving.weight_offload
@@ -73,7 +75,7 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
-        moe_weight_only=weight_only, offload_gib=offload,
+        moe_weight_only=weight_only, batched_experts=batched, offload_gib=offload,
         offload_experts_only=bool(asked and asked.experts_only),
         nic_gbps=r.nic_gbps_per_gpu.value)
 

@@ -52,6 +52,9 @@ class PerfContext:
     engram_gpus: int = 1  # GPUs the Engram tables are spread over (the rest read over NVLink)
     engram_host: bool = False  # tables in pinned host memory, read over C2C (compiler.resolve)
     moe_weight_only: bool = False  # expert kernels dequantize to BF16 (Marlin): BF16 math
+    # the all-to-all lays tokens out per expert and sums the weighted copies itself (DeepEP
+    # low-latency: compiler.resolve batched): no permute and no moe_sum kernel
+    batched_experts: bool = False
     offload_gib: float = 0.0  # weights per GPU in host memory (serving.weight_offload)
     offload_experts_only: bool = False
     nic_gbps: float | None = None
@@ -266,7 +269,8 @@ def _attention_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     """The kernels around a layer's attention that the ops above leave out, as vLLM runs them
     (and compiler/perf/engine_kernels.py, measured): the residual add + RMSNorm before
     attention and after it, q/k norm + RoPE over the new tokens' q and k (MLA: RoPE on the rope
-    dims and the latent's norm), and the KV write (`reshape_and_cache`)."""
+    dims and the latent's norm, and the compressed query's norm), and the KV write
+    (`reshape_and_cache`: BF16 keys and values in, the cache's dtype out)."""
     m = ctx.model
     a = m.attention
     heads = max(1, a.heads // shape.tp)
@@ -276,9 +280,12 @@ def _attention_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     else:
         qk = (heads + max(1, a.kv_heads // shape.tp)) * a.head_dim
     norms = 2 * _kernel(ctx, "add_rms_norm", 4 * tokens * m.hidden_size * 2)
+    if a.kind == "mla" and a.q_lora_rank:
+        norms += _kernel(ctx, "rms_norm", 2 * tokens * a.q_lora_rank * 2)
     kv = tokens * memory.kv_bytes_per_token_per_gpu(m, shape, ctx.kv_dtype) / m.layers
+    written = kv * (1 + 2 / arch.KV_BYTES[ctx.kv_dtype])  # a BF16 read per element written
     return (norms + _kernel(ctx, "qk_norm_rope", 2 * tokens * qk * 2)
-            + _kernel(ctx, "copy", 2 * kv))
+            + _kernel(ctx, "copy", written))
 
 
 def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
@@ -291,11 +298,15 @@ def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
         copies /= shape.ep
     inter = moe.expert_intermediate // (shape.tp // shape.ep) if shape.dp == 1 else \
         moe.expert_intermediate
+    us = (_kernel(ctx, "topk_softmax", tokens * moe.experts * 2)
+          + _kernel(ctx, "silu_mul", 3 * copies * inter * 2))
+    if moe.shared_experts:  # the shared expert's own SiLU x mul, where it runs
+        width = moe.shared_experts * moe.expert_intermediate // shape.tp
+        us += moe.shared_expert_layer_fraction * _kernel(ctx, "silu_mul", 3 * tokens * width * 2)
+    if ctx.batched_experts:  # vllm fused_moe/prepare_finalize/deepep_ll.py
+        return us
     rows = (copies + tokens) * h * 2
-    return (_kernel(ctx, "topk_softmax", tokens * moe.experts * 2)
-            + _kernel(ctx, "moe_permute", rows)
-            + _kernel(ctx, "silu_mul", 3 * copies * inter * 2)
-            + _kernel(ctx, "moe_sum", rows))
+    return us + _kernel(ctx, "moe_permute", rows) + _kernel(ctx, "moe_sum", rows)
 
 
 def _dense_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:

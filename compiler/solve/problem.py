@@ -16,6 +16,7 @@ from compiler.perf.capacity import Candidate
 from compiler.shapes import Shape
 
 SCALE = 1_000_000  # capacities enter CP-SAT as integer micro-requests per second
+DECIMALS = 6  # goodputs in the plan keep SCALE's resolution
 
 
 def scaled_supply(requests_per_s: float) -> int:

@@ -89,7 +89,7 @@ def test_the_report_explains_the_stages(tmp_path):
     md = result.artifacts["report/performance.md"]
     assert "| 0 | 31 | r0-t00-g0 .. r0-t00-g7 | r0-t00 |" in md
     assert "| 1 | 30 | r0-t01-g0 .. r0-t01-g7 | r0-t01 |" in md
-    assert "NixlPushConnector" in md and "over the NICs" in md
+    assert "NixlPushConnector" in md and "over the NICs between stages on different nodes" in md
     [row] = [r for r in result.plan.predicted.instances if r.role == "prefill"]
     chunks = 131072 / row.chunk_tokens
     assert row.prompt_us == pytest.approx(chunks * row.prefill_step_us + row.pipeline_fill_us,

@@ -10,7 +10,7 @@ import yaml
 
 from compiler import catalog
 from tests.targets import emitted
-from tests.targets.fixtures import ALL_CASES
+from tests.targets.fixtures import ALL_CASES, POOL_CASES
 
 from . import harness
 
@@ -106,8 +106,8 @@ def test_dynamo_lines_parse_with_dynamo_161(case):
     assert_all_ok(harness.check_dynamo_lines(lines))
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("folder", ["k8s", "lws", "mooncake"])
+@pytest.mark.parametrize(("case", "folder"), [(c, f) for f in ("k8s", "lws", "mooncake")
+                                              for c in (POOL_CASES if f == "mooncake" else CASES)])
 def test_builtin_kinds_pass_kubernetes_validate(case, folder):
     docs = [d for d in emitted.documents(files(case), folder) if not emitted.is_custom(d)]
     assert docs
@@ -140,7 +140,7 @@ def test_bundle_builds_with_kustomize_and_validates(case, folder, tmp_path):
     assert harness.validate_manifests(built) == []
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", POOL_CASES)
 def test_mooncake_client_configs_load_in_vllm(case):
     clients = {p: t for p, t in files(case).items() if p.startswith("mooncake/clients/")}
     assert clients

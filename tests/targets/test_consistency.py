@@ -12,7 +12,7 @@ from targets import TARGETS
 from targets._names import DNS_LABEL, MAX_LABEL
 from targets._yaml import dump_documents, dump_yaml
 from tests.targets import emitted
-from tests.targets.fixtures import ALL_CASES
+from tests.targets.fixtures import ALL_CASES, POOL_CASES, POOL_FREE
 
 CASES = sorted(ALL_CASES)
 BUNDLES = ("k8s", "lws")
@@ -265,7 +265,7 @@ def test_secrets_only_by_reference(case):
             assert f"name: {secret}" in text
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", POOL_CASES)
 def test_mooncake_segments_cover_the_plans_dram_pool(case):
     plan = plan_of(case)
     ranks = Counter(t for i in plan.instances for g in i.gpus for t in i.trays
@@ -281,7 +281,7 @@ def test_mooncake_segments_cover_the_plans_dram_pool(case):
     assert abs(registered - sum(dram.values()) * 1024**3) < len(plan.instances) * 8
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", POOL_CASES)
 def test_every_engine_pod_finds_its_nodes_mooncake_file(case):
     for folder in BUNDLES:
         docs = emitted.documents(files(case), folder)
@@ -346,3 +346,15 @@ def test_yaml_and_json_reload_unchanged(case):
             else:
                 assert dump_yaml(docs[0]) == text, path
             assert "&" not in text and "*id" not in text, path
+
+
+@pytest.mark.parametrize("case", sorted(POOL_FREE))
+def test_a_case_without_the_pool_emits_none_of_it(case):
+    """The cases the Mooncake tests leave out really have no pool: no segment, no client, no
+    master, no store connector."""
+    plan = plan_of(case)
+    assert not plan.kv_pool.enabled and not plan.kv_pool.segments
+    assert not [p for p in files(case) if p.startswith("mooncake/")]
+    assert all("MooncakeStoreConnector" not in i.kv_connectors for i in plan.instances)
+    assert all("mooncake" not in text for p, text in files(case).items()
+               if p.startswith(("k8s/", "lws/")))

@@ -20,8 +20,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 20 \
-  --max-num-batched-tokens 120 \
+  --max-num-seqs 23 \
+  --max-num-batched-tokens 138 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

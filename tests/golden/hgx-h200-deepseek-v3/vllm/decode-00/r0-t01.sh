@@ -15,8 +15,8 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --data-parallel-size 8 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 159 \
-  --max-num-batched-tokens 318 \
+  --max-num-seqs 165 \
+  --max-num-batched-tokens 330 \
   --max-model-len 32768 \
   --block-size 64 \
   --gpu-memory-utilization 0.96 \

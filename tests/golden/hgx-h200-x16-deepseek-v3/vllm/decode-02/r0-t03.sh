@@ -15,8 +15,8 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 178 \
-  --max-num-batched-tokens 356 \
+  --max-num-seqs 181 \
+  --max-num-batched-tokens 362 \
   --max-model-len 32768 \
   --block-size 64 \
   --gpu-memory-utilization 0.96 \

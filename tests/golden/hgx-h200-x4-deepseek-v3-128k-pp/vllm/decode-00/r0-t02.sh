@@ -4,7 +4,6 @@
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export HF_HOME=/models/huggingface
-export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-2.json
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_ENGINE_READY_TIMEOUT_S=2280
@@ -21,7 +20,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --moe-backend deep_gemm \
   --linear-backend deep_gemm \
   --attention-backend FLASHMLA \
-  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlPushConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
+  --kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_both"}' \
   --port 8000 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v3

@@ -20,8 +20,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 23 \
-  --max-num-batched-tokens 138 \
+  --max-num-seqs 24 \
+  --max-num-batched-tokens 144 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

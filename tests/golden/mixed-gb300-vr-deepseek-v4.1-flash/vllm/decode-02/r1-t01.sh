@@ -20,8 +20,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 95 \
-  --max-num-batched-tokens 570 \
+  --max-num-seqs 101 \
+  --max-num-batched-tokens 606 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

@@ -20,8 +20,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 13 \
-  --max-num-batched-tokens 78 \
+  --max-num-seqs 17 \
+  --max-num-batched-tokens 102 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \
