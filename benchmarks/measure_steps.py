@@ -88,7 +88,6 @@ import datetime
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -102,6 +101,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 from compiler.perf import engine_kernels as ek
+from compiler.perf import measure
 
 SCHEMA = "rackc.steps/v1"
 BF16 = torch.bfloat16
@@ -164,7 +164,6 @@ GPU_BYTES_FOR_WEIGHTS_AND_CACHE = 118 << 30  # of the H200's 139.8 GiB: room for
 STEP_REPS = (20, 60, 1.0)  # min, max replays, target seconds of timed replays
 STAGE_REPS = (10, 30, 0.25)
 EAGER_REPS = 5
-SPIN_UP_SECONDS = 2.0
 FUSED = (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
 
 
@@ -881,43 +880,14 @@ def self_check(m: Model, glue: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------
-# Device description (as compiler/perf/measure.py writes it).
-
-
-def nvidia_smi(fields: str) -> list[str]:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "-i", "0", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [v.strip() for v in out.strip().split(",")]
+# Device description: compiler/perf/measure.py's, or the CPU smoke test's.
 
 
 def describe_device(device: str) -> dict:
-    info = {"torch": torch.__version__, "measured_on": datetime.date.today().isoformat()}
-    if device != "cuda":
-        return {"gpu": "none (CPU smoke test)", **info}
-    p = torch.cuda.get_device_properties(0)
-    smi = dict(zip(("driver", "sm_clock_max_mhz", "mem_clock_max_mhz", "power_limit_w"),
-                   nvidia_smi("driver_version,clocks.max.sm,clocks.max.memory,power.limit"),
-                   strict=False))
-    return {"gpu": p.name, "capability": f"{p.major}.{p.minor}",
-            "sm_count": p.multi_processor_count, "total_memory_bytes": p.total_memory,
-            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), **smi, **info}
-
-
-def spin_up(seconds: float) -> float:
-    """bf16 8192^3 products so the clocks leave idle before the first point; TFLOP/s."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=BF16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=BF16)
-    n, t0 = 0, time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        for _ in range(10):
-            a @ b
-        torch.cuda.synchronize()
-        n += 10
-    return 2 * 8192**3 * n / (time.monotonic() - t0) / 1e12
+    if device == "cuda":
+        return measure.describe_device()
+    return {"gpu": "none (CPU smoke test)", "torch": torch.__version__,
+            "measured_on": datetime.date.today().isoformat()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -970,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
     log(json.dumps(dev))
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
-        log(f"spin-up: {spin_up(SPIN_UP_SECONDS):.0f} TFLOP/s bf16 8192^3")
+        log(f"spin-up: {measure.spin_up(measure.SPIN_UP_SECONDS):.0f} TFLOP/s bf16 8192^3")
     m = Model(cfg, device)
     timer = Timer(device)
     timer.sync()
@@ -1009,7 +979,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(render(doc, doc["points"]))
     if device == "cuda":
-        doc["device"]["sm_clock_after_run_mhz"] = next(iter(nvidia_smi("clocks.sm")), None)
+        doc["device"]["sm_clock_after_run_mhz"] = next(iter(measure.nvidia_smi("clocks.sm")), None)
     with open(args.output, "w", encoding="utf-8") as f:
         f.write(render(doc, doc["points"]))
     print(f"{'phase':8}{'batch':>6}{'len':>7}{'us':>11}{'p10':>11}{'p90':>11}{'stages':>11}")

@@ -97,12 +97,14 @@ def _moe_sum(y: torch.Tensor, inv: torch.Tensor, w: torch.Tensor) -> torch.Tenso
 
 
 @functools.cache
-def compiled(name: str):
-    """The Inductor-compiled form of one fusion above (compiled once for every shape)."""
+def compiled(name: str, dynamic: bool | None = True):
+    """The Inductor-compiled form of one fusion above: by default compiled once for every
+    shape; `dynamic=None` is torch.compile's own default (a shape specialises until a second
+    one is seen)."""
     fn = {"add_rms_norm": _add_rms_norm, "rms_norm": _rms_norm, "qk_norm_rope": _qk_norm_rope,
           "latent_norm_rope": _latent_norm_rope, "q_latent": _q_latent, "silu_mul": _silu_mul,
           "moe_sum": _moe_sum}[name]
-    return torch.compile(fn, dynamic=True, fullgraph=True)
+    return torch.compile(fn, dynamic=dynamic, fullgraph=True)
 
 
 def rope_tables(positions: int, dim: int, device: str, base: float = 10000.0):

@@ -499,8 +499,8 @@ def add_rms_norm_tiers(q: Query) -> Tiers:
 
     def compiled() -> Call:
         x, r, w = rand(tokens, hidden), rand(tokens, hidden), rand(hidden)
-        fn = _compiled_add_rms_norm()
-        return lambda: fn(x, r, w)
+        fn = engine_kernels.compiled("add_rms_norm", dynamic=None)
+        return lambda: fn(x, r, w, 1e-6)
 
     def unfused() -> Call:
         x, r, w = rand(tokens, hidden), rand(tokens, hidden), rand(hidden)
@@ -515,22 +515,12 @@ def add_rms_norm_tiers(q: Query) -> Tiers:
              ("add_ + F.rms_norm (two kernels)", unfused)]]
 
 
-@functools.cache
-def _compiled_add_rms_norm() -> Callable:
-    def add_rms_norm(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        s = x.float() + r.float()
-        y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
-        return y.to(BF16), s.to(BF16)
-
-    return torch.compile(add_rms_norm)
-
-
 def silu_mul_tiers(q: Query) -> Tiers:
     tokens, width = q["tokens"], q["width"]
 
     def compiled() -> Call:
         gu = rand(tokens, 2 * width)
-        fn = _compiled_silu_mul()
+        fn = engine_kernels.compiled("silu_mul", dynamic=None)
         return lambda: fn(gu)
 
     def unfused() -> Call:
@@ -540,14 +530,6 @@ def silu_mul_tiers(q: Query) -> Tiers:
     return [[("torch.compile silu*mul (one fused kernel)", compiled),
              ("F.silu * mul (two kernels)", unfused)]]
 
-
-@functools.cache
-def _compiled_silu_mul() -> Callable:
-    def silu_mul(gu: torch.Tensor) -> torch.Tensor:
-        gate, up = gu.chunk(2, -1)
-        return F.silu(gate) * up
-
-    return torch.compile(silu_mul)
 
 
 def topk_softmax_tiers(q: Query) -> Tiers:

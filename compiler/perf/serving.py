@@ -103,7 +103,7 @@ def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, trans
     prompts first come, first served), at least one step; a closed loop of clients bounds the
     wait (`max_wait_us`)."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
-    service = chunk_us * max(1.0, new * spread / chunk_tokens) + fill_us
+    service = request_hold_us(chunk_us, chunk_tokens, new * spread) + fill_us
     hold = request_hold_us(chunk_us, chunk_tokens, new)
     return service + transfer_us + min(queue_wait(rho, hold, q), max_wait_us)
 

@@ -23,7 +23,7 @@ from compiler.catalog.system import System
 from compiler.perf import comm, routing
 from compiler.perf.ops import OpModel
 from compiler.shapes import Shape, stage_layer_mix
-from schemas.model import ModelSpec
+from schemas.model import ModelSpec, Moe
 
 DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (CUDA graphs)
 PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
@@ -183,7 +183,6 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         slots = moe.slots  # experts plus their EPLB replicas, which share their tokens
         local = slots // shape.ep
         per_expert = tokens * shape.dp * moe.top_k / slots
-        inter = moe.expert_intermediate
         nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
         st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
                                               tokens * moe.top_k * h * 1.0, False, nodes,
@@ -195,21 +194,32 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         slots = moe.slots if shape.ep > 1 else moe.experts
         local = slots // shape.ep
         per_expert = tokens * moe.top_k / slots
-        inter = moe.expert_intermediate // (shape.tp // shape.ep)
         if shape.tp > 1:
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     # the step waits for the busiest expert-parallel rank (routing.py)
     skew = routing.rank_imbalance(per_expert * slots, shape.ep)
     tile = DECODE_EXPERT_TILE_ROWS if decode else PREFILL_EXPERT_TILE_ROWS
+    inter = _expert_width(moe, shape)
     for k, n in ((h, 2 * inter), (inter, h)):
         st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,
                                                placement=place, weight_only=ctx.moe_weight_only,
                                                tile_rows=tile))
     if moe.shared_experts and shared_fraction > 0:
-        width = moe.shared_experts * moe.expert_intermediate // shape.tp
+        width = _shared_width(moe, shape)
         w = m.dtypes.weights
         shared = ops.gemm(w, tokens, 2 * width, h) + ops.gemm(w, tokens, h, width)
         st.add("shared_expert", shared * shared_fraction)
+
+
+def _expert_width(moe: Moe, shape: Shape) -> int:
+    """One rank's share of an expert's intermediate: whole under DEP and TPxEP, 1/tp under TP."""
+    return moe.expert_intermediate if shape.dp > 1 else \
+        moe.expert_intermediate // (shape.tp // shape.ep)
+
+
+def _shared_width(moe: Moe, shape: Shape) -> int:
+    """One rank's share of the shared experts' (fused) intermediate."""
+    return moe.shared_experts * moe.expert_intermediate // shape.tp
 
 
 def dense_ffn(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
@@ -296,13 +306,11 @@ def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     copies = tokens * moe.top_k  # DEP: the rank's share after dispatch; TP: every copy
     if shape.dp == 1 and shape.ep > 1:  # TPxEP: every rank sees all tokens, keeps its experts'
         copies /= shape.ep
-    inter = moe.expert_intermediate // (shape.tp // shape.ep) if shape.dp == 1 else \
-        moe.expert_intermediate
     us = (_kernel(ctx, "topk_softmax", tokens * moe.experts * 2)
-          + _kernel(ctx, "silu_mul", 3 * copies * inter * 2))
+          + _kernel(ctx, "silu_mul", 3 * copies * _expert_width(moe, shape) * 2))
     if moe.shared_experts:  # the shared expert's own SiLU x mul, where it runs
-        width = moe.shared_experts * moe.expert_intermediate // shape.tp
-        us += moe.shared_expert_layer_fraction * _kernel(ctx, "silu_mul", 3 * tokens * width * 2)
+        us += moe.shared_expert_layer_fraction * _kernel(
+            ctx, "silu_mul", 3 * tokens * _shared_width(moe, shape) * 2)
     if ctx.batched_experts:  # vllm fused_moe/prepare_finalize/deepep_ll.py
         return us
     rows = (copies + tokens) * h * 2
