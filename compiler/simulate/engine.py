@@ -53,6 +53,10 @@ class Simulation:
         spec = decode[0] if decode else cluster.instances[0]
         rng = np.random.default_rng(seed)
         self.steps = decode_steps(rng, reqs.osl, spec.draft_tokens, spec.acceptance)
+        # plain lists: indexing them is several times cheaper than numpy scalars
+        self.cols = [a.tolist() for a in (reqs.isl, reqs.osl, reqs.reuse, reqs.session,
+                                          reqs.parent, self.steps)]
+        self.think = reqs.think_us.tolist()
         self.insts = [Instance(i, i.kv_tokens, cluster.block_size) for i in cluster.instances]
         self.pool = Pool([PoolSegment(s.tray, PrefixCache(s.tokens)) for s in cluster.segments]) \
             if cluster.segments else None
@@ -67,7 +71,8 @@ class Simulation:
         self.out = Outcome(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
                            np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int8),
                            np.zeros(n, dtype=np.int8))
-        self.next_of = _next_of_client(reqs.client)
+        self.next_of = _next_of_client(reqs.client).tolist()
+        self.open_loop = (reqs.client < 0).tolist()
         self.open_next = 0
         self.open_order = np.flatnonzero(reqs.client < 0)
         self._route_lists()
@@ -116,13 +121,12 @@ class Simulation:
             self.push(float(self.w.arrival_us[i]), ISSUE, i)
 
     def _issue(self, i: int, now: float) -> None:
-        w = self.w
-        if w.client[i] < 0:
+        if self.open_loop[i]:
             self._push_open()
         if np.isnan(self.out.issued_us[i]):
             self.out.issued_us[i] = now
-        r = Req(i, int(w.isl[i]), int(w.osl[i]), int(w.reuse[i]), int(w.session[i]),
-                int(w.parent[i]), int(self.steps[i]))
+        c = self.cols
+        r = Req(i, c[0][i], c[1][i], c[2][i], c[3][i], c[4][i], c[5][i])
         rank = self.router.prefill(r, self.prefill_ranks, self.pool)
         if rank is None:
             self._settle(r, now, 1)
@@ -210,7 +214,7 @@ class Simulation:
     def _hand_off(self, r: Req, src: Rank, now: float) -> None:
         """NIXL moves the prompt's KV to a decode rank: over NVLink inside the domain, else
         over both ends' NICs; a link carries one transfer at a time."""
-        dst = self.router.decode(self.decode_ranks)
+        dst = self.router.decode(self.decode_ranks, self.decode_loads)
         if dst is None:
             self._retry(r, now)
             return
@@ -222,6 +226,7 @@ class Simulation:
         end = self.links.reserve((f"{tag}-out:{a.gpus[0]}", f"{tag}-in:{b.gpus[0]}"), now, us)
         r.rank = dst
         dst.waiting_tokens += r.base
+        self.decode_loads[self.decode_index[dst]] += r.isl + r.osl
         self.push(end, HANDOFF, r)
 
     def _handoff(self, r: Req, now: float) -> None:
@@ -253,6 +258,9 @@ class Simulation:
 
     def _settle(self, r: Req, now: float, lost: int) -> None:
         i = r.i
+        slot = self.decode_index.get(r.rank) if r.rank is not None else None
+        if slot is not None:
+            self.decode_loads[slot] -= r.isl + r.osl
         if lost:
             self.out.lost[i] = lost
         else:
@@ -260,9 +268,13 @@ class Simulation:
         self.settled += 1
         nxt = self.next_of[i]
         if nxt >= 0:
-            self.push(now + float(self.w.think_us[nxt]), ISSUE, int(nxt))
+            self.push(now + self.think[nxt], ISSUE, int(nxt))
 
     def _retry(self, r: Req, now: float) -> None:
+        slot = self.decode_index.get(r.rank) if r.rank is not None else None
+        if slot is not None:  # (a rank still alive: its reservation goes)
+            self.decode_loads[slot] -= r.isl + r.osl
+        r.rank = None
         if self.out.retries[r.i] < RETRIES:
             self.out.retries[r.i] += 1
             self.out.first_us[r.i] = np.nan
@@ -299,6 +311,10 @@ class Simulation:
             pre = [x for x in alive if x.info.role == "aggregated"]
         self.prefill_ranks = [k for x in pre for k in x.ranks]
         self.decode_ranks = [k for x in alive if x.info.role == "decode" for k in x.ranks]
+        old = getattr(self, "decode_loads", None)
+        was = getattr(self, "decode_index", {})
+        self.decode_index = {k: j for j, k in enumerate(self.decode_ranks)}
+        self.decode_loads = [old[was[k]] if old else 0.0 for k in self.decode_ranks]
 
     def _sample(self, now: float) -> None:
         out = self.out

@@ -9,7 +9,8 @@ Policies, compared side by side by `rackc simulate --policy`:
   temperature 0). Its overlap is what the rank's own prefix cache holds (the KV events it
   publishes); pool hits are not indexed.
 - `least-uncached`: least uncached prompt work per rank, counting what the pool holds too.
-Decode ranks are chosen by least active KV (Dynamo's decode routing without prefix overlap).
+Decode ranks are chosen by least KV reserved (Dynamo's decode routing by active blocks,
+without prefix overlap, counting each request at its full length).
 """
 
 import numpy as np
@@ -39,18 +40,21 @@ class Router:
             return ranks[int(self.rng.integers(len(ranks)))]
         if p == "session":
             return ranks[(r.session * SESSION_HASH) % (1 << 32) % len(ranks)]
+        key, want = r.parent, r.reuse
         if p == "least-uncached":
-            pooled = pool.peek(r.parent, r.reuse) if pool is not None else 0
-            return min(ranks, key=lambda k: k.queued + r.isl
-                       - max(pooled, k.cache.peek(r.parent, r.reuse)))
-        credit, block = self.credit, self.block
-        return min(ranks, key=lambda k: (credit * (k.queued + r.isl
-                                                   - k.cache.peek(r.parent, r.reuse))
-                                         + k.active()) / block)
+            pooled = pool.peek(key, want) if pool is not None else 0
+            costs = [k.queued - max(pooled, min(k.cache.entries.get(key, 0), want))
+                     for k in ranks]
+        else:
+            credit = self.credit
+            costs = [credit * (k.queued - min(k.cache.entries.get(key, 0), want))
+                     + k.kv_a + k.kv_r * k.inst.step for k in ranks]
+        return ranks[costs.index(min(costs))]
 
     @staticmethod
-    def decode(ranks: list[Rank]) -> Rank | None:
+    def decode(ranks: list[Rank], loads: list[float]) -> Rank | None:
+        """The decode rank with the least KV reserved by the requests sent to it (`loads`,
+        by rank position: what their prompts and outputs will hold)."""
         if not ranks:
             return None
-        loads = [k.kv_a + k.kv_r * k.inst.step + k.waiting_tokens + k.queued for k in ranks]
         return ranks[loads.index(min(loads))]

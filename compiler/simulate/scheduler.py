@@ -146,6 +146,7 @@ class Rank:
         else:
             self.safe_until = math.inf if free >= 0 else -1
         inst.dirty = True
+        inst.changed[self] = None
 
     def join_running(self, r: Req, step: int) -> None:
         r.join, r.finish = step, step + r.steps_left
@@ -207,7 +208,7 @@ class Instance:
         self.kv_r = 0.0
         self.n_running = 0
         self.dirty = False
-        self.peaks_due = False
+        self.changed: dict[Rank, None] = {}
         self.safe_until = math.inf
         self.attention: dict[Rank, None] = {}
         self.ranks = [Rank(self, d, cache_tokens) for d in range(len(info.ranks))]
@@ -229,7 +230,6 @@ class Instance:
         if self.dirty:
             self.safe_until = min(k.safe_until for k in self.ranks)
             self.dirty = False
-            self.peaks_due = True
         if step + 1 > self.safe_until:
             for rank in self.ranks:
                 while rank.running and step + 1 > rank.safe_until:
@@ -237,10 +237,10 @@ class Instance:
                     rank.preempted_at = step
             self.safe_until = min(k.safe_until for k in self.ranks)
             self.dirty = False
-        if self.peaks_due:  # requests joined or grew since: KV use once scheduled
-            for rank in self.ranks:
+        if self.changed:  # ranks whose batch changed: their KV use once scheduled
+            for rank in self.changed:
                 rank.note_peak()
-            self.peaks_due = False
+            self.changed.clear()
         chunks: list[tuple[Req, int]] = []
         admitted: list[Req] = []
         chunk_max = 0
