@@ -5,14 +5,13 @@ imports."""
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler import files, output_dir
+from compiler import files, interrupts, output_dir
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from compiler.validate.cli import add_validate_command
@@ -150,8 +149,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from compiler import api
 
         base = api.read_plan(Path(args.base)) if args.base else None
+        if args.restore and base is None:
+            raise CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, "--restore",
+                                           "--from OLD/plan.yaml with it", "no --from",
+                                           "name the running plan whose GPUs come back")])
         result = _with_progress("compiling", lambda: api.compile(
-            Path(args.deployment), only, emitter, base, args.unavailable))
+            Path(args.deployment), only, emitter, base, args.unavailable, args.restore))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
         output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
@@ -162,6 +165,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         emitter.close()
     plan = result.plan
+    if base is not None:
+        from compiler import incremental
+
+        for line in incremental.survivor_cost(plan, result.fresh_goodput):
+            sys.stderr.write(line + "\n")
     from compiler.preflight import notices
 
     for notice in notices(plan):
@@ -301,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "their ids and GPUs; print what stops, starts and moves")
     comp.add_argument("--unavailable", metavar="ID[,ID...]",
                       help="failed GPUs (r0-t07-g2), trays (r0-t07) or racks (r3)")
+    comp.add_argument("--restore", metavar="ID[,ID...]",
+                      help="with --from: GPUs, trays or racks the old plan had down that are "
+                           "repaired (running instances stay where they are)")
     comp.set_defaults(run=cmd_compile)
 
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
@@ -323,22 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminated(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds like ^C: staging folders are removed, OUT is untouched
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
-    signal.signal(signal.SIGTERM, _terminated)
+    interrupts.install()  # ^C and SIGTERM unwind: staging is removed, OUT is untouched
     try:
+        args = build_parser().parse_args(argv)
+        run: Callable[[argparse.Namespace], int] = args.run
         return run(args)
     except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        sys.stderr.write("rackc: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        sys.stderr.write("rackc: interrupted; nothing was written\n")
+        return exc.exit_code if isinstance(exc, interrupts.Interrupted) else EXIT_INTERRUPTED
     except Exception:  # a bug, not bad input: show where, and say so
         traceback.print_exc()
         sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "
