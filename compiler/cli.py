@@ -138,7 +138,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     try:
         only = _targets_asked(args.targets)
-        output_dir.check_location(Path(args.output), (Path(args.deployment),))
+        read = (Path(args.deployment), *([Path(args.base)] if args.base else []))
+        output_dir.check_location(Path(args.output), read)
         if not args.check:
             output_dir.owned_files(Path(args.output))  # refuse before the work
     except CompileError as exc:
@@ -157,8 +158,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             Path(args.deployment), only, emitter, base, args.unavailable, args.restore))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
-        output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
-                                keep_targets=only is not None)
+        output_dir.write_output(Path(args.output), result.artifacts,
+                                (*result.input_files, *read), keep_targets=only is not None)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code

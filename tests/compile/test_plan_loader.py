@@ -77,3 +77,16 @@ def test_compile_from_a_hand_edited_plan_exits_2(tmp_path: Path, capsys: pytest.
                      "--from", str(plan)])
     assert code == 2 and "E701" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_never_writes_over_the_plan_it_recompiles_from(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture):
+    from compiler import output_dir
+
+    out = tmp_path / "out"
+    output_dir.write_output(out, {"plan.yaml": TEXT})
+    code = cli.main(["compile", str(ROOT / "examples" / "hgx-h200-x16-deepseek-v3" /
+                                    "deployment.yaml"), "-o", str(out),
+                     "--from", str(out / "plan.yaml")])
+    assert code == 2 and "a folder holding" in capsys.readouterr().err
+    assert (out / "plan.yaml").read_text() == TEXT
