@@ -178,6 +178,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
+        incremental.check_kept(base, inputs, pre, g)
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from compiler import graph
 from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
+from compiler.precheck import shape_fit_problem
 from compiler.shapes import parse_shape
 from compiler.solve.build import build_problem
 from compiler.solve.counts import solve_counts
@@ -69,8 +70,8 @@ def with_failures(inputs: Inputs, base: Plan | None, failed: list[str],
     in_file = down_in_file(inputs)
     kept_down = sorted(set(restored) & in_file, key=graph._natural)
     if kept_down:
-        raise _bad(kept_down[0], "a GPU the old plan had down", "a GPU the "
-                   f"{inputs.sources['hardware'].file} marks unavailable",
+        raise _bad(f"{kept_down[0]}, which {inputs.sources['hardware'].file} marks unavailable",
+                   "a GPU the old plan had down",
                    "remove it from the file's spec.unavailable instead", "--restore")
     extra = sorted({g for g in [*old, *failed] if g not in in_file} - set(restored),
                    key=graph._natural)
@@ -98,6 +99,22 @@ def check_base(base: Plan, inputs: Inputs, g) -> None:
             f"a plan of this hardware ({inputs.system.name}, {len(want)} trays)",
             f"{base.hardware.system}, {len(have)} trays",
             "pass the plan.yaml compiled from this deployment")])
+
+
+def check_kept(base: Plan, inputs: Inputs, pre, g) -> None:
+    """Every instance the old plan runs on hardware still up must be one this deployment could
+    run: a hand-edited shape (a TP1 of a model that needs eight GPUs, stages for decode) is
+    refused, not kept."""
+    up = set(graph.available_gpus(g))
+    for n, i in enumerate(base.instances):
+        if not up.issuperset(i.gpus):
+            continue
+        problem, ok = shape_fit_problem(inputs, list(pre.fits), i.role, i.shape, len(up))
+        if problem:
+            raise CompileError([Diagnostic(
+                "error", "E704", "<argument>", 0, 0, f"--from instances[{n}] ({i.id})",
+                f"a {i.role} shape this deployment runs ({', '.join(sorted(ok)[:4])})",
+                f"{i.shape}: {problem}", "pass the plan.yaml rackc compiled, not an edited one")])
 
 
 def kept(base: Plan, g) -> list[Kept]:

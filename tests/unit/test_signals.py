@@ -86,3 +86,26 @@ def test_an_interrupt_while_out_is_written(tmp_path: Path):
     else:
         assert code == 0 and files["plan.yaml"].startswith(b"apiVersion")
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_signal_in_a_held_block_is_raised_when_the_block_ends():
+    from compiler import interrupts
+
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    interrupts.install()
+    try:
+        reached = False
+        with pytest.raises(interrupts.Interrupted) as info:
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)  # the handler runs here, and only notes the signal
+                assert interrupts.pending()
+                reached = True
+        assert reached and info.value.exit_code == 143 and not interrupts.pending()
+        with interrupts.held():  # answered by finishing: nothing is raised
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+            interrupts.forget()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
