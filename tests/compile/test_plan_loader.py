@@ -5,6 +5,7 @@ compile with two instances in one launch folder."""
 from pathlib import Path
 
 import pytest
+import yaml
 
 from compiler import cli
 from compiler.plan import load_plan
@@ -90,3 +91,18 @@ def test_compile_never_writes_over_the_plan_it_recompiles_from(tmp_path: Path,
                      "--from", str(out / "plan.yaml")])
     assert code == 2 and "a folder holding" in capsys.readouterr().err
     assert (out / "plan.yaml").read_text() == TEXT
+
+
+def test_a_kept_instance_of_a_shape_the_deployment_cannot_run_is_refused():
+    from compiler import api
+
+    doc = PLAN.model_dump(mode="json")
+    doc["instances"][0].update(shape="TP1", dp=1, tp=1, ep=1, pp=1,
+                               gpus=FIRST.gpus[:1], trays=FIRST.trays[:1])
+    doc["instances"][0].pop("stage_layers", None)
+    base = load_plan(yaml.safe_dump(doc, sort_keys=False))  # consistent in itself
+    with pytest.raises(CompileError) as info:
+        api.compile(ROOT / "examples" / "hgx-h200-x16-deepseek-v3" / "deployment.yaml",
+                    only=(), base=base)
+    (d,) = info.value.diagnostics
+    assert d.code == "E704" and d.path.startswith("--from instances[0]") and "TP1" in d.got
