@@ -95,12 +95,11 @@ def test_a_signal_in_a_held_block_is_raised_when_the_block_ends():
     interrupts.install()
     try:
         reached = False
-        with pytest.raises(interrupts.Interrupted) as info:
-            with interrupts.held():
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.01)  # the handler runs here, and only notes the signal
-                assert interrupts.pending()
-                reached = True
+        with pytest.raises(interrupts.Interrupted) as info, interrupts.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler runs here, and only notes the signal
+            assert interrupts.pending()
+            reached = True
         assert reached and info.value.exit_code == 143 and not interrupts.pending()
         with interrupts.held():  # answered by finishing: nothing is raised
             os.kill(os.getpid(), signal.SIGINT)
