@@ -128,13 +128,14 @@ def filled(document: dict, basis: dict) -> dict:
     return {**document, "curves": curves, "source": source}
 
 
-def published_raw(system: System, from_raw: str | None, output: Path) -> dict:
-    """AIConfigurator's tables for `system` as raw measurements (merged with `from_raw`'s
-    for the ops they lack), also written next to `output`."""
+def published_raw(system: System, from_raw: str | None, output: Path,
+                  framework: str = "vllm") -> dict:
+    """AIConfigurator's tables for `system` as raw measurements, `framework`'s first (merged
+    with `from_raw`'s for the ops they lack), also written next to `output`."""
     from compiler.perf import aiconfigurator  # its tables need the calibrate extra
 
     try:
-        raw = aiconfigurator.raw_document(system.name)
+        raw = aiconfigurator.raw_document(system.name, framework)
     except (ImportError, aiconfigurator.SourceMissing) as exc:
         raise _error(CODE_NO_TABLES, "<machine>", "--from-aiconfigurator",
                      f"AIConfigurator's kernel tables for {system.name}", str(exc),
@@ -158,11 +159,12 @@ def raw_text(raw: dict) -> str:
 
 
 def calibration_for(args_system: str, from_raw: str | None, scale_from: str | None,
-                    output: Path, from_aiconfigurator: bool = False) -> dict:
+                    output: Path, from_aiconfigurator: bool = False,
+                    framework: str = "vllm") -> dict:
     system = resolve_system(args_system)
     basis = read_basis(scale_from) if scale_from else None
     if from_aiconfigurator:
-        raw = published_raw(system, from_raw, output)
+        raw = published_raw(system, from_raw, output, framework)
     elif from_raw or not basis:
         raw_path = Path(from_raw) if from_raw else measure_here(
             output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))
@@ -187,11 +189,12 @@ def summary_lines(document: dict) -> list[str]:
 
 
 def run(system: str, output: str, from_raw: str | None = None, scale_from: str | None = None,
-        from_aiconfigurator: bool = False) -> tuple[int, list[str], list[str]]:
+        from_aiconfigurator: bool = False,
+        framework: str = "vllm") -> tuple[int, list[str], list[str]]:
     """(exit code, stdout lines, stderr lines) of one calibration."""
     try:
         document = calibration_for(system, from_raw, scale_from, Path(output),
-                                   from_aiconfigurator)
+                                   from_aiconfigurator, framework)
     except CalibrationError as exc:
         return 2, [], [exc.diagnostic.render()]
     try:
