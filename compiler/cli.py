@@ -224,12 +224,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for key, value in p.items():
         if key not in ("instances", "breakdown", "curve", "balance", "kernels"):
             print(f"{key}: {value}")
+    for row in p["instances"]:
+        print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     k = p["kernels"]
     what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
     for c in k["calibration"]:
         print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
-    for row in p["instances"]:
-        print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     return 0
 
 

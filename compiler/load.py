@@ -157,9 +157,9 @@ def _check_kernels(kernels: str, systems: list[System]) -> None:
         "error", "E606", "<argument>", 0, 0, "--kernels",
         f"an engine whose measured kernels rackc has for {', '.join(missing)}: "
         f"{', '.join(have)}", kernels,
-        f"convert its tables with `rackc calibrate --system {missing[0]} --from-aiconfigurator "
-        f"--framework {kernels} -o {catalog.kernels_path(missing[0], kernels).name}` where "
-        "AIConfigurator measured them")])
+        f"predict with {' or '.join(have)}; for a system AIConfigurator measured, `rackc "
+        f"calibrate --system {missing[0]} --from-aiconfigurator --framework {kernels} -o "
+        f"{catalog.kernels_path(missing[0], kernels).name}` converts its tables")])
 
 
 def _gpus(hw: RackV1 | ClusterV1, system: System) -> int:
