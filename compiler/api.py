@@ -199,15 +199,17 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: EmitWorker | None = None, base: Plan | None = None,
-            unavailable: str | None = None, restore: str | None = None) -> CompileResult:
+            unavailable: str | None = None, restore: str | None = None,
+            kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
     `unavailable`: GPU, tray or rack ids that failed (compiler.incremental); `restore`: ids
-    the old plan had down that are repaired.
+    the old plan had down that are repaired; `kernels`: whose measured kernels the perf
+    model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
-    fleet = load_fleet(deployment)
+    fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
         raise CompileError([Diagnostic(
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",

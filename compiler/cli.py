@@ -211,36 +211,57 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 def cmd_predict(args: argparse.Namespace) -> int:
     try:
-        p = None if args.plot else _predict_pinned(Path(args.deployment))
+        p, systems = (None, []) if args.plot else _predict_pinned(Path(args.deployment),
+                                                                    args.kernels)
         if p is None:
             from compiler import api
 
             result = _with_progress("predicting", lambda: api.compile(
-                Path(args.deployment), ("report",) if args.plot else ()))
+                Path(args.deployment), ("report",) if args.plot else (),
+                kernels=args.kernels))
             if args.plot:
                 files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
                                          "--plot", result.input_files)
-            p = result.plan.predicted
+            p, systems = result.plan.predicted, [h.system for h in result.plan.fleet]
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = p.model_dump(mode="json")
+    p = {**p.model_dump(mode="json"), "kernels": _kernels_used(systems, args.kernels)}
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve", "balance"):
+        if key not in ("instances", "breakdown", "curve", "balance", "kernels"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    k = p["kernels"]
+    what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
+    for c in k["calibration"]:
+        print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
     return 0
 
 
-def _predict_pinned(path: Path) -> dict | None:
-    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py)."""
-    from compiler.pinned import predict_pinned
+def _predict_pinned(path: Path, kernels: str) -> tuple:
+    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py):
+    (the prediction or None, the systems it is of)."""
+    from compiler.load import load_inputs
+    from compiler.pinned import predict_loaded
 
-    return predict_pinned(path)
+    inputs = load_inputs(path, kernels)
+    return predict_loaded(inputs), [inputs.system.name]
+
+
+def _kernels_used(systems: list[str], kernels: str) -> dict:
+    """Whose measured kernels a prediction used: the calibration file of each system and
+    what its curves were fitted to."""
+    from compiler import catalog
+
+    return {"engine": kernels, "deployed": kernels == catalog.DEPLOYED_KERNELS,
+            "calibration": [{"system": s, "file": catalog.kernels_path(s, kernels).name,
+                             "source": (catalog.calibration(s, kernels) or {}).get(
+                                 "source", "none: datasheet peaks (assumed)")}
+                            for s in dict.fromkeys(systems)]}
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -319,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
     pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.add_argument("--kernels", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                      help="predict with this engine's measured kernels (a what-if for "
+                           "results measured on SGLang or TRT-LLM; the bundle runs vLLM)")
     pred.set_defaults(run=cmd_predict)
 
     exp = sub.add_parser("explain", help="why a decision in a plan was made")

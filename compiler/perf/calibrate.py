@@ -155,13 +155,13 @@ def filled(document: dict, basis: dict) -> dict:
 
 
 def published_raw(system: System, from_raw: str | None, output: Path,
-                  inputs: tuple[str, ...] = ()) -> dict:
-    """AIConfigurator's tables for `system` as raw measurements (merged with `from_raw`'s
-    for the ops they lack), also written next to `output`."""
+                  inputs: tuple[str, ...] = (), framework: str = "vllm") -> dict:
+    """AIConfigurator's tables for `system` as raw measurements, `framework`'s first (merged
+    with `from_raw`'s for the ops they lack), also written next to `output`."""
     from compiler.perf import aiconfigurator  # its tables need the calibrate extra
 
     try:
-        raw = aiconfigurator.raw_document(system.name)
+        raw = aiconfigurator.raw_document(system.name, framework)
     except (ImportError, aiconfigurator.SourceMissing) as exc:
         raise _error(CODE_NO_TABLES, "<machine>", "--from-aiconfigurator",
                      f"AIConfigurator's kernel tables for {system.name}", str(exc),
@@ -189,13 +189,14 @@ def beside(output: Path, suffix: str) -> Path:
 
 
 def calibration_for(args_system: str, from_raw: str | None, scale_from: str | None,
-                    output: Path, from_aiconfigurator: bool = False) -> dict:
+                    output: Path, from_aiconfigurator: bool = False,
+                    framework: str = "vllm") -> dict:
     system = resolve_system(args_system)
     inputs = tuple(p for p in (from_raw, scale_from) if p)
     basis = read_basis(scale_from) if scale_from else None
     if from_aiconfigurator:
         check_target(beside(output, AIC_RAW_SUFFIX), keep=inputs)
-        raw = published_raw(system, from_raw, output, inputs)
+        raw = published_raw(system, from_raw, output, inputs, framework)
     elif from_raw or not basis:
         if not from_raw:
             check_target(beside(output, RAW_SUFFIX), keep=inputs)
@@ -225,13 +226,14 @@ def summary_lines(document: dict) -> list[str]:
 
 
 def run(system: str, output: str, from_raw: str | None = None, scale_from: str | None = None,
-        from_aiconfigurator: bool = False) -> tuple[int, list[str], list[str]]:
+        from_aiconfigurator: bool = False,
+        framework: str = "vllm") -> tuple[int, list[str], list[str]]:
     """(exit code, stdout lines, stderr lines) of one calibration."""
     inputs = tuple(p for p in (from_raw, scale_from) if p)
     try:
         check_target(Path(output), keep=inputs)  # before the work: never over an input
         document = calibration_for(system, from_raw, scale_from, Path(output),
-                                   from_aiconfigurator)
+                                   from_aiconfigurator, framework)
         write_text_atomic(Path(output), fit.dumps(document), keep=inputs)
     except CalibrationError as exc:
         return 2, [], [exc.diagnostic.render()]
