@@ -175,12 +175,13 @@ def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
-          clock: dict[str, float]) -> tuple[Plan, float | None]:
+          clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
     if base is not None or unavailable:
         inputs = incremental.with_failures(
-            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [],
+            incremental.parse_ids(restore, inputs, "--restore") if restore else [])
     g = build_graph(inputs)
     if base is not None:
         incremental.check_base(base, inputs, g)
@@ -190,6 +191,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
+        incremental.check_kept(base, inputs, pre, g)
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
@@ -212,21 +214,24 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: EmitWorker | None = None, base: Plan | None = None,
-            unavailable: str | None = None) -> CompileResult:
+            unavailable: str | None = None, restore: str | None = None,
+            kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
-    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental); `restore`: ids
+    the old plan had down that are repaired; `kernels`: whose measured kernels the perf
+    model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
-    fleet = load_fleet(deployment)
+    fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
         raise CompileError([Diagnostic(
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
             "a recompile of a one-system plan", "a mixed fleet",
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
-        plan, fresh = _plan(fleet[0], base, unavailable, clock)
+        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
     else:
         plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
         fresh = None
@@ -262,14 +267,14 @@ def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
     inputs = load_inputs(deployment)
     if isinstance(plan.hardware, Fleet) or inputs.resolved.digest != plan.inputs_digest:
         raise CompileError([Diagnostic(
-            "error", "E704", display_name(plan_path), 0, 0, "inputs_digest",
+            "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
             f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
             "a mixed fleet's plan" if isinstance(plan.hardware, Fleet)
             else f"a plan of other inputs ({plan.inputs_digest[:12]})",
             "recompile, or pass the deployment this plan was compiled from")])
     bad = [p for p in opts.policies if p not in POLICIES]
     if bad:
-        raise CompileError([Diagnostic("error", "E706", "<argument>", 0, 0, "--policy",
+        raise CompileError([Diagnostic("error", "E753", "<argument>", 0, 0, "--policy",
                                        " | ".join(POLICIES), repr(bad[0]),
                                        did_you_mean(bad[0], POLICIES))])
     results, outcomes = run(inputs, plan, opts)

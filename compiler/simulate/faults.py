@@ -45,5 +45,5 @@ def parse_faults(specs: list[str], plan: Plan) -> list[Fault]:
 
 
 def _bad(spec: str, expected: str) -> Diagnostic:
-    return Diagnostic("error", "E706", "<argument>", 0, 0, "--fail", expected, repr(spec),
+    return Diagnostic("error", "E753", "<argument>", 0, 0, "--fail", expected, repr(spec),
                       "name what fails and when: --fail r0-t03@30 (seconds into the run)")

@@ -149,7 +149,7 @@ def _agentic(rng: np.random.Generator, w: Workload, n: int, max_len: int) -> Req
 
 
 def _bad(file: str, line: int, path: str, expected: str, got: str) -> Diagnostic:
-    return Diagnostic("error", "E705", file, line, 1, path, expected, got,
+    return Diagnostic("error", "E752", file, line, 1, path, expected, got,
                       "each line: {\"arrival_s\" or \"session\", \"input_tokens\", "
                       "\"output_tokens\"[, \"prefix_tokens\", \"think_s\"]} (docs/simulate.md)")
 

@@ -52,10 +52,10 @@ def test_plots(capsys, tmp_path: Path):
 
 
 @pytest.mark.parametrize(("extra", "code_", "needle"), [
-    (["--fail", "r9-t00@1"], "E706", "a GPU, tray or rack id"),
-    (["--fail", "r0-t00"], "E706", "ID@SECONDS"),
-    (["--policy", "kv,least-uncahced"], "E706", "did you mean `least-uncached`"),
-    (["--trace", "/nonexistent.jsonl"], "E705", "no such file"),
+    (["--fail", "r9-t00@1"], "E753", "a GPU, tray or rack id"),
+    (["--fail", "r0-t00"], "E753", "ID@SECONDS"),
+    (["--policy", "kv,least-uncahced"], "E753", "did you mean `least-uncached`"),
+    (["--trace", "/nonexistent.jsonl"], "E752", "no such file"),
 ])
 def test_bad_arguments_get_diagnostics(capsys, extra, code_, needle):
     code, out, err = _run(capsys, *extra)
@@ -67,7 +67,7 @@ def test_a_plan_of_other_inputs_is_refused(capsys):
     other = str(ROOT / "examples" / "hgx-h200-deepseek-v3" / "deployment.yaml")
     code = main(["simulate", PLAN, "--deployment", other])
     err = capsys.readouterr().err
-    assert code == 2 and "E704" in err and "a plan of other inputs" in err
+    assert code == 2 and "E751" in err and "a plan of other inputs" in err
 
 
 def test_trace_replay(capsys, tmp_path: Path):

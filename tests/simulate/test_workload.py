@@ -77,4 +77,4 @@ def test_trace_errors_name_line_and_field(tmp_path: Path):
         read_trace(p, "t.jsonl")
     got = [(d.line, d.path) for d in e.value.diagnostics]
     assert got == [(1, ""), (2, "input_tokens"), (3, "colour"), (4, "prefix_tokens")]
-    assert all(d.code == "E705" and d.file == "t.jsonl" for d in e.value.diagnostics)
+    assert all(d.code == "E752" and d.file == "t.jsonl" for d in e.value.diagnostics)
