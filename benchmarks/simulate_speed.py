@@ -10,6 +10,7 @@ and prints the run's headline figures so a faster loop can be seen to give the s
 import argparse
 import os
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from compiler.simulate.engine import Simulation
 from compiler.simulate.runner import Options, requests_for
 
 ROOT = Path(__file__).resolve().parents[1]
+GOALS_S = {100_000: 10.0, 1_000_000: 60.0}  # CPU seconds (wall on a quiet machine)
 CASE = "vr-nvl72-deepseek-v4.1-flash"
 
 
@@ -38,6 +40,7 @@ def main() -> None:
     plan = api.read_plan(ROOT / "tests" / "golden" / CASE / "plan" / "plan.yaml")
     cluster = build_cluster(inputs, plan, workload(inputs))
     print(f"load average {os.getloadavg()[0]:.1f}")
+    missed = False
     for n in (int(x) for x in args.requests.split(",")):
         reqs = requests_for(inputs, plan, Options(profile=args.profile, requests=n))
         c0, w0 = cpu_s(), time.perf_counter()
@@ -47,6 +50,11 @@ def main() -> None:
         print(f"{n:>9} requests: {cpu:6.2f} s CPU, {wall:6.2f} s wall, "
               f"{out.end_us / 1e6:8.1f} s simulated, {done} finished, "
               f"{len(out.itl_us)} engine steps")
+        goal = GOALS_S.get(n)
+        if goal is not None and cpu > goal:
+            print(f"  missed: goal {goal:g} s")
+            missed = True
+    sys.exit(1 if missed else 0)
 
 
 if __name__ == "__main__":
