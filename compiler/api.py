@@ -8,14 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from compiler import arch, graph, incremental
+from compiler import arch, graph, incremental, prediction
 from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
 from compiler.fleet import merge
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, load_fleet
 from compiler.lower import lower
-from compiler.perf.predict import Layout, grouped_layouts, operating_point
+from compiler.perf.predict import Layout, grouped_layouts
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
 from compiler.solve import solve
@@ -146,6 +146,7 @@ class CompileResult:
     input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
     # `--from`: the goodput a fresh compile (free to move every instance) would reach
     fresh_goodput: float | None = None
+    warnings: tuple[Diagnostic, ...] = ()  # W510: SLOs the prediction misses
 
 
 def layouts(instances: list[Instance]) -> list[Layout]:
@@ -154,11 +155,11 @@ def layouts(instances: list[Instance]) -> list[Layout]:
                            for i in instances)
 
 
-def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
-    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
-    plan's pool (its DRAM segments after the host budget)."""
+def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
+    """The layout's one prediction (compiler.prediction); the prefix cache is the plan's pool
+    (its DRAM segments after the host budget)."""
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    return operating_point(inputs, layouts(plan.instances), goodput, pool)
+    return prediction.predict(inputs, layouts(plan.instances), available_gpus, pool)
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
@@ -183,12 +184,13 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
         sol = solve(inputs, g, pre)
     clock.setdefault("solved", time.perf_counter())
     draft = lower(inputs, g, sol)
-    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
-    metrics = predicted(inputs, draft, goodput)
-    if goodput is not None:
+    available = len(graph.available_gpus(g))
+    metrics = predicted(inputs, draft, available)
+    if sol.problem.mode != "pinned":
+        goodput = sol.counts.objective
         supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
         pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
-        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+        why = balance(inputs, draft.instances, supply, goodput, available,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
@@ -212,9 +214,12 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
         plan, fresh = _plan(fleet[0], base, unavailable, clock)
+        warnings = prediction.slo_warnings(fleet[0], plan.predicted)
     else:
-        plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
-        fresh = None
+        plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]
+        warnings = [d for inputs, p in zip(fleet, plans, strict=True)
+                    for d in prediction.slo_warnings(inputs, p.predicted)]
+        plan, fresh = merge(fleet, plans), None
     inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:
@@ -232,4 +237,5 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
+                         tuple(warnings))

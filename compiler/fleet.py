@@ -194,6 +194,7 @@ def _predicted(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Predicted | None
         requests_per_s=round(sum(rps), 4),
         prefill_utilisation=by_requests("prefill_utilisation"),
         curve=_curve(ps, gpus),
+        slo=[c for p in ps for c in p.slo],
     )
 
 

@@ -10,9 +10,10 @@ and the caller compiles in full, so a placement that cannot hold is still report
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from compiler import prediction
 from compiler.load import layout, load_inputs
 from compiler.perf.capacity import pinned_candidate
-from compiler.perf.predict import grouped_layouts, operating_point, pool_tokens, workload
+from compiler.perf.predict import grouped_layouts, pool_tokens, workload
 from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import precheck_counts
 from compiler.shapes import parse_shape
@@ -20,10 +21,12 @@ from schemas.diagnostics import CompileError
 
 if TYPE_CHECKING:
     from compiler.plan import Predicted
+    from schemas.diagnostics import Diagnostic
 
 
-def predict_pinned(deployment: Path) -> "Predicted | None":
-    """The plan's `predicted` block for a pinned deployment, as `compile` computes it; None
+def predict_pinned(deployment: Path) -> "tuple[Predicted, list[Diagnostic]] | None":
+    """The plan's `predicted` block for a pinned deployment, as `compile` computes it, and its
+    missed-SLO warnings; None
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
@@ -52,4 +55,5 @@ def predict_pinned(deployment: Path) -> "Predicted | None":
             c = found[(e.role, shape.name)] = pinned_candidate(
                 inputs, e.role, shape, w, hit, guess, e.max_batch, e.max_batched_tokens)
         instances += [(e.role, shape.name, c.max_batch, c.max_batched_tokens)] * e.count
-    return operating_point(inputs, grouped_layouts(instances), None)
+    metrics = prediction.predict(inputs, grouped_layouts(instances), available)
+    return metrics, prediction.slo_warnings(inputs, metrics)

@@ -7,6 +7,7 @@ within its SLO. Used by the solver's candidates and by `rackc predict` of a pinn
 (which needs no solver).
 """
 
+import math
 from dataclasses import dataclass, replace
 
 from compiler.load import Inputs
@@ -15,9 +16,12 @@ from compiler.perf.predict import (
     MAX_DECODE_BATCH,
     PREFILL_CHUNK_TOKENS,
     PREFILL_MAX_SEQS,
+    UNBOUNDED_CONCURRENCY,
+    Layout,
     aggregated_budget,
     context,
     kv_capacity_requests,
+    predict_layout,
 )
 from compiler.perf.serving import MAX_UTILISATION, Workload
 from compiler.perf.step import PerfContext, decode_step, prefill_step
@@ -127,21 +131,98 @@ def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
     return best
 
 
+def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
+                         max_batch: int | None = None, max_batched_tokens: int | None = None,
+                         enforce_slo: bool = True) -> Candidate:
+    """One aggregated instance (prefill chunks interleaved with decode steps): the largest
+    batch per DP rank at which, under unbounded demand, its per-user rate and TTFT still meet
+    the SLO (`max_batch` given or `enforce_slo` off: that batch, or what the KV holds), and
+    the requests/s it then sustains, from the serving model's aggregated prediction."""
+    slo = inputs.deployment.spec.slo
+    kv = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
+    if kv.max_batch < 1:
+        return Candidate("aggregated", shape, 0.0, 0, 0, 0.0, kv.why_not)
+    demand = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    draft = kv.max_batched_tokens // kv.max_batch - 1
+
+    def at(batch: int) -> tuple[Candidate, bool]:
+        tokens = max_batched_tokens or aggregated_budget(batch * (1 + draft))
+        p = predict_layout(inputs, [Layout("aggregated", shape, 1, batch, tokens)], demand)
+        ok = all(limit is None or value >= limit for value, limit in (
+            (p.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p50),
+            (p.tokens_per_s_per_user_p90, slo.tokens_per_s_per_user_p90))) and \
+            all(limit is None or value <= limit for value, limit in (
+                (p.ttft_ms_p50, slo.ttft_ms_p50), (p.ttft_ms_p90, slo.ttft_ms_p90)))
+        c = Candidate("aggregated", shape, p.requests_per_s, batch, tokens,
+                      p.tpot_ms_p50 * 1e3, "")
+        return c, ok
+
+    if max_batch is not None or not enforce_slo:
+        c, _ = at(kv.max_batch)
+        why = f"{max_batch} requests per rank, pinned" if max_batch else kv.why
+        return replace(c, why=why)
+    first, ok = at(1)
+    if not ok:
+        return replace(first, requests_per_s=0.0, why_not=(
+            f"{first.requests_per_s:.2f} requests/s at batch 1 already misses the SLO"))
+    lo, hi, best = 1, kv.max_batch, first  # largest batch meeting the SLO (rates fall with it)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        c, ok = at(mid)
+        if ok:
+            lo, best = mid, c
+        else:
+            hi = mid - 1
+    return replace(best, why=f"largest batch per DP rank whose per-user rate and TTFT meet "
+                             f"the SLO with prompts interleaved, within the KV that fits "
+                             f"({kv.max_batch} requests)")
+
+
 def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: float,
                      guess: int, max_batch: int | None = None,
                      max_batched_tokens: int | None = None) -> Candidate:
-    """A pinned entry's batch limits: the user's where given; else prefill at its best chunk,
-    decode (and aggregated) at the largest batch its KV holds, the SLO not enforced."""
+    """A pinned entry's batch limits: the user's where given; else the rule the solver's
+    candidates follow (prefill at its best chunk, decode and aggregated at the largest batch
+    that meets the SLO), so that a layout pinned as compile chose it gets the same limits;
+    where even one request misses the SLO, the largest batch its KV holds."""
     if role == "prefill":
         c = _prefill_at(inputs, shape, w, hit, guess, max_batched_tokens) \
             if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
         if max_batched_tokens:
             c = replace(c, why=f"{max_batched_tokens:,} tokens per rank, pinned")
         return replace(c, max_batch=max_batch) if max_batch else c
-    c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
+    if role == "aggregated":
+        c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens)
+        if c.requests_per_s <= 0 and c.max_batch:
+            c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens,
+                                     enforce_slo=False)
+        return c
+    c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=max_batch is None)
+    if c.requests_per_s <= 0:
+        c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
     tokens = max_batched_tokens or c.max_batched_tokens
-    if role == "aggregated" and not max_batched_tokens:
-        tokens = aggregated_budget(c.max_batched_tokens)
     why = f"{max_batch} requests per rank, pinned" if max_batch else c.why
     return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us,
                      c.why_not, why)
+
+
+def layout_goodput(inputs: Inputs, layouts: list[Layout], w: Workload, hit: float,
+                   guess: int) -> float:
+    """Requests/s a layout sustains with its batch limits, by the candidates' arithmetic: the
+    smaller of prefill and decode supply, or the aggregated instances' sum (at SCALE's
+    resolution, rounded down: compiler/solve/problem.py). Compile and a pinned predict both
+    cap admission here, so one layout gets one prediction whichever command made it."""
+    supply: dict[str, float] = {}
+    for x in layouts:
+        if x.role == "prefill":
+            c = _prefill_at(inputs, x.shape, w, hit, guess,
+                            x.max_batched_tokens or PREFILL_CHUNK_TOKENS)
+        elif x.role == "decode":
+            c = decode_candidate(inputs, x.shape, w, x.max_batch, enforce_slo=False)
+        else:
+            c = aggregated_candidate(inputs, x.shape, w, x.max_batch, x.max_batched_tokens,
+                                     enforce_slo=False)
+        supply[x.role] = supply.get(x.role, 0.0) + x.count * c.requests_per_s
+    value = supply["aggregated"] if "aggregated" in supply else \
+        min(supply.get("prefill", 0.0), supply.get("decode", 0.0))
+    return math.floor(value * 1e6) / 1e6
