@@ -133,11 +133,13 @@ def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
 
 def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
                          max_batch: int | None = None, max_batched_tokens: int | None = None,
-                         enforce_slo: bool = True) -> Candidate:
+                         enforce_slo: bool = True, search_up_to: int | None = None
+                         ) -> Candidate:
     """One aggregated instance (prefill chunks interleaved with decode steps): the largest
     batch per DP rank at which, under unbounded demand, its per-user rate and TTFT still meet
     the SLO (`max_batch` given or `enforce_slo` off: that batch, or what the KV holds), and
-    the requests/s it then sustains, from the serving model's aggregated prediction."""
+    the requests/s it then sustains, from the serving model's aggregated prediction.
+    `search_up_to`: a batch known to miss the SLO beyond (the shape's decode-only batch)."""
     slo = inputs.deployment.spec.slo
     kv = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
     if kv.max_batch < 1:
@@ -165,7 +167,8 @@ def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
     if not ok:
         return replace(first, requests_per_s=0.0, why_not=(
             f"{first.requests_per_s:.2f} requests/s at batch 1 already misses the SLO"))
-    lo, hi, best = 1, kv.max_batch, first  # largest batch meeting the SLO (rates fall with it)
+    # the largest batch meeting the SLO (rates fall as it grows)
+    lo, hi, best = 1, min(kv.max_batch, search_up_to or kv.max_batch), first
     while lo < hi:
         mid = (lo + hi + 1) // 2
         c, ok = at(mid)
