@@ -13,7 +13,7 @@ from compiler.balance import balance
 from compiler.emit_worker import EmitWorker
 from compiler.fleet import merge
 from compiler.graph import build_graph
-from compiler.load import Inputs, display_name, load_fleet
+from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.lower import lower
 from compiler.perf.predict import Layout, grouped_layouts
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
@@ -214,12 +214,13 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
         plan, fresh = _plan(fleet[0], base, unavailable, clock)
-        warnings = prediction.slo_warnings(fleet[0], plan.predicted)
+        warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
     else:
         plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]
         warnings = [d for inputs, p in zip(fleet, plans, strict=True)
-                    for d in prediction.slo_warnings(inputs, p.predicted)]
+                    for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
         plan, fresh = merge(fleet, plans), None
+    warnings += [d for group in fleet for d in invented_node_names(group)]
     inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:

@@ -55,5 +55,6 @@ def predict_pinned(deployment: Path) -> "tuple[Predicted, list[Diagnostic]] | No
             c = found[(e.role, shape.name)] = pinned_candidate(
                 inputs, e.role, shape, w, hit, guess, e.max_batch, e.max_batched_tokens)
         instances += [(e.role, shape.name, c.max_batch, c.max_batched_tokens)] * e.count
-    metrics = prediction.predict(inputs, grouped_layouts(instances), available)
-    return metrics, prediction.slo_warnings(inputs, metrics)
+    grouped = grouped_layouts(instances)
+    metrics = prediction.predict(inputs, grouped, available)
+    return metrics, prediction.warnings(inputs, grouped, metrics)

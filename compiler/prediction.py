@@ -5,7 +5,13 @@ as the workload states it (compiler.perf.predict.operating_workload), admission 
 goodput its own candidates' arithmetic gives (compiler.perf.capacity.layout_goodput). Nothing
 here depends on whether the solver or the user chose the layout, so compile's choice, pinned,
 predicts byte-identically. Each stated SLO is checked against the result; a missed one is a
-warning (W510) on every command and stays in the plan.
+warning (W510) on every command and stays in the plan, as is a stated concurrency the decode
+batches cannot hold (W511, with the queue it implies).
+
+What the stated concurrency (`workload.concurrency`) means: the requests a closed loop keeps in
+flight, in every mode. Each decode rank's batch is sized within its share of them (no
+`--max-num-seqs` beyond what the workload can fill). Unstated, throughput and pinned mode
+predict the layout at its goodput (demand unbounded); latency mode takes the profile's.
 """
 
 from compiler.load import Inputs
@@ -59,6 +65,30 @@ def slo_checks(inputs: Inputs, metrics: Predicted) -> list[SloCheck]:
     return out
 
 
+def decode_slots(layouts: list[Layout]) -> int:
+    """Requests the decode (or aggregated) batches hold at once: ranks x max_batch."""
+    return sum(x.count * x.shape.dp * (x.max_batch or 0) for x in layouts
+               if x.role != "prefill")
+
+
+def concurrency_warnings(inputs: Inputs, layouts: list[Layout]) -> list[Diagnostic]:
+    """W511 when the workload states more requests in flight than the decode batches hold:
+    the rest queue (the closed loop keeps them waiting for a slot, which TTFT includes)."""
+    stated = inputs.deployment.spec.workload.concurrency
+    slots = decode_slots(layouts)
+    if not stated or not slots or stated <= slots:
+        return []
+    src = inputs.sources["deployment"]
+    path = ("spec", "workload", "concurrency")
+    pos = src.locate(path)
+    return [Diagnostic(
+        "warning", "W511", src.file, pos.line, pos.column, format_path(path),
+        f"at most {slots} requests in flight (the decode batches: ranks x max_batch)",
+        f"{stated}: {stated - slots} requests wait for a decode slot at any time",
+        "the SLO's batch limit holds fewer than the workload sends: add decode instances, "
+        "relax the per-user SLO, or state the concurrency the deployment should serve")]
+
+
 def slo_warnings(inputs: Inputs, metrics: Predicted | None) -> list[Diagnostic]:
     """W510 for each SLO the prediction misses, at the field that states it."""
     if metrics is None:
@@ -77,3 +107,9 @@ def slo_warnings(inputs: Inputs, metrics: Predicted | None) -> list[Diagnostic]:
             f"{check.predicted:g} predicted for this layout",
             _HINTS[inputs.deployment.spec.objective.mode]))
     return out
+
+
+def warnings(inputs: Inputs, layouts: list[Layout], metrics: Predicted | None
+             ) -> list[Diagnostic]:
+    """Every command's warnings about a layout's prediction: W511, then W510."""
+    return concurrency_warnings(inputs, layouts) + slo_warnings(inputs, metrics)

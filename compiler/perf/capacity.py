@@ -40,6 +40,9 @@ class Candidate:
     step_us: float
     why_not: str  # empty when usable
     why: str = ""  # how its batch limit was chosen (the plan's decision)
+    # the best each SLO metric can be on this shape (decode: at batch 1; prefill: idle), for
+    # the diagnostic of an SLO nothing meets
+    reach: tuple[tuple[str, float], ...] = ()
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -55,6 +58,9 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     ctx = context(inputs, shape.gpus, "decode", shape)
     kv = kv_capacity_requests(inputs, shape, "decode", shape.gpus, w)
     cap = min(MAX_DECODE_BATCH, kv) if batch_cap is None else min(kv, batch_cap)
+    stated = inputs.deployment.spec.workload.concurrency
+    if batch_cap is None and stated:  # a rank never holds more than its share of those
+        cap = min(cap, max(1, math.ceil(stated / shape.dp)))
     kv_len = w.isl + w.osl / 2
     p50, p90 = slo.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p90
     if not enforce_slo:
@@ -62,10 +68,13 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     if cap < 1:
         return Candidate("decode", shape, 0.0, 0, 0, 0.0, "no room for one request's KV")
     ok, step = _meets(ctx, shape, 1, kv_len, w, p50, p90)
+    one = decode_step(ctx, shape, 1, kv_len)
+    r50, r90 = serving.per_user_rates(ctx, one, 1, w)
+    reach = (("tokens_per_s_per_user_p50", r50), ("tokens_per_s_per_user_p90", r90))
     if not ok:
         rate = 1e6 * ctx.acceptance / step
         return Candidate("decode", shape, 0.0, 0, 0, step,
-                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO")
+                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO", "", reach)
     lo, hi = 1, cap  # largest batch meeting the SLO: rates fall as the batch grows
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -76,9 +85,11 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     step = decode_step(ctx, shape, lo, kv_len).us
     # a request holds its slot for its decode steps, and at least the one that takes it in
     rps = shape.dp * lo / (max(1.0, serving.decode_steps(w, ctx)) * step) * 1e6
-    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within the KV that "
-           f"fits ({cap} requests)" if enforce_slo else f"the KV that fits ({cap} requests)")
-    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why)
+    within = f"the KV that fits and the stated concurrency ({cap} requests)" if stated \
+        and batch_cap is None else f"the KV that fits ({cap} requests)"
+    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within {within}"
+           if enforce_slo else within)
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why, reach)
 
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
@@ -88,6 +99,9 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
     options = [_prefill_at(inputs, shape, w, hit, engram_gpus, chunk)
                for chunk in PREFILL_CHUNKS]
     best = max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    idle = tuple((key, min(dict(c.reach)[key] for c in options))
+                 for key in ("ttft_ms_p50", "ttft_ms_p90"))
+    best = replace(best, reach=idle)
     sizes = ", ".join(f"{c:,}" for c in PREFILL_CHUNKS)
     return replace(best, why=f"of prefill chunks {sizes} tokens per rank, "
                              f"{best.max_batched_tokens:,} sustains the most requests/s within "
@@ -106,12 +120,13 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
         return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us)
 
     utilisation = _utilisation_for_ttft(inputs, ttft)
+    reach = (("ttft_ms_p50", ttft(0.0, 0.5) / 1e3), ("ttft_ms_p90", ttft(0.0, 0.9) / 1e3))
     if utilisation <= 0:
         return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, chunk, step,
                          f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
-                         "token, over the TTFT SLO")
+                         "token, over the TTFT SLO", "", reach)
     rps = shape.dp * chunk / step * 1e6 / max(1.0, new) * utilisation
-    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "")
+    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "", "", reach)
 
 
 def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:

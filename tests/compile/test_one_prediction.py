@@ -83,3 +83,36 @@ def test_missed_slo_warns_on_every_command(tmp_path: Path, capsys):
     missed = [c for c in plan["predicted"]["slo"] if not c["met"]]
     assert [c["field"] for c in missed] == ["slo.tokens_per_s_per_user_p90"]
     assert missed[0]["predicted"] < 50
+
+
+def test_a_stated_concurrency_the_batches_cannot_hold_warns_with_the_queue(tmp_path: Path,
+                                                                           capsys):
+    objective = {"mode": "pinned", "instances": [
+        {"role": "prefill", "shape": "TP1", "count": 4},
+        {"role": "decode", "shape": "TP2", "count": 2, "max_batch": 2}]}
+    path = write_case(tmp_path, system="hgx-h100", model=_qwen3_8b(tmp_path), kind="Cluster",
+                      hardware={"nodes": 1}, workload={"profile": "chat", "concurrency": 64},
+                      objective=objective)
+    assert main(["predict", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning[W511]" in err and "spec.workload.concurrency" in err
+    assert "60 requests wait" in err  # 64 stated, 2 instances x 1 rank x 2 held
+
+
+def test_decode_batches_stay_within_the_stated_concurrency(tmp_path: Path):
+    path = write_case(tmp_path, system="hgx-h100", model=_qwen3_8b(tmp_path), kind="Cluster",
+                      hardware={"nodes": 1}, workload={"profile": "chat", "concurrency": 24},
+                      slo={"ttft_ms_p90": 2000})
+    plan = api.compile(path, only=()).plan
+    for i in plan.instances:
+        if i.role != "prefill":
+            assert i.max_batch <= 24, (i.id, i.max_batch)
+
+
+def test_invented_node_names_warn(tmp_path: Path):
+    bare = write_case(tmp_path / "bare", system="gb200-nvl72", model="qwen3-30b-a3b",
+                      hardware={"trays": 4})
+    assert [d.code for d in api.compile(bare, only=()).warnings if d.code == "W512"] == ["W512"]
+    named = write_case(tmp_path / "named", system="gb200-nvl72", model="qwen3-30b-a3b",
+                       hardware={"trays": 4, "node_name_template": "gb200-{tray}"})
+    assert not [d for d in api.compile(named, only=()).warnings if d.code == "W512"]

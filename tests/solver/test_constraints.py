@@ -247,3 +247,15 @@ def test_each_rack_is_placed_by_its_own_model(tmp_path: Path):
     assert sorted(d for r in solves for d in r.domains) == ["nvl0", "nvl1", "nvl2"]
     assert any("nvl2" in r.domains and len(r.domains) == 1 for r in solves)
     assert all(r.status == "OPTIMAL" and r.gap == 0 for r in solves)
+
+
+def test_an_unreachable_slo_names_the_best_value_and_where(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 4}, slo={"tokens_per_s_per_user_p90": 9_999})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    with pytest.raises(CompileError) as info:
+        solve(inputs, g, precheck(inputs, g))
+    [d] = [d for d in info.value.diagnostics if d.path == "spec.slo.tokens_per_s_per_user_p90"]
+    assert "the best any searched layout reaches is" in d.hint
+    best = float(d.hint.split("reaches is ")[1].split()[0])
+    assert 0 < best < 9_999 and "at batch 1" in d.hint
