@@ -1,14 +1,14 @@
 #!/bin/sh
-# rackc: prefill-04 (DEP16, prefill), node 2 of 2 (headless): ranks 8-15 on tray r0-t14, node h200-node-14
+# rackc: prefill-02 (DEP16, prefill), node 2 of 2 (headless): ranks 8-15 on tray r0-t04, node h200-node-04
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export HF_HOME=/models/huggingface
-export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-14.json
+export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-04.json
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_ENGINE_READY_TIMEOUT_S=2280
-export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-14
+export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-04
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5592
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 1 \
@@ -31,5 +31,5 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --headless \
   --data-parallel-size-local 8 \
   --data-parallel-start-rank 8 \
-  --data-parallel-address h200-node-13 \
+  --data-parallel-address h200-node-03 \
   --data-parallel-rpc-port 13445

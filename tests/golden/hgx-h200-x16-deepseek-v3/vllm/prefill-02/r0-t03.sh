@@ -1,14 +1,14 @@
 #!/bin/sh
-# rackc: prefill-02 (DEP16, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t09, node h200-node-09
+# rackc: prefill-02 (DEP16, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t03, node h200-node-03
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export HF_HOME=/models/huggingface
-export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-09.json
+export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-03.json
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_ENGINE_READY_TIMEOUT_S=2280
-export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-09
+export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-03
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 1 \
@@ -30,5 +30,5 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v3 \
   --data-parallel-size-local 8 \
-  --data-parallel-address h200-node-09 \
+  --data-parallel-address h200-node-03 \
   --data-parallel-rpc-port 13445
