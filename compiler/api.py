@@ -5,25 +5,25 @@ import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from compiler import arch, graph, incremental, prediction
-from compiler.balance import balance
-from compiler.emit_worker import EmitWorker
-from compiler.fleet import merge
+from compiler import arch, graph
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
-from compiler.lower import lower
-from compiler.perf.predict import Layout, grouped_layouts
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
-from compiler.solve import solve
-from compiler.targets_registry import targets
-from compiler.validate import rules
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.reading import FileProblem, read_regular
 from schemas.source import decode_utf8
+
+if TYPE_CHECKING:
+    from compiler.emit_worker import EmitWorker
+    from compiler.perf.predict import Layout
+
+# The solver (OR-Tools), the perf model, the emitters and the bundle rules are imported by the
+# functions that use them, so that `rackc check`, `explain` and `diff` load none of them.
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
               "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
@@ -105,6 +105,8 @@ def read_plan(path: Path) -> Plan:
 def diff_plans(a: Plan, b: Plan) -> list[str]:
     """Human-readable differences: instances matched by GPU set (stopped, started, moved,
     renamed or reconfigured), memory domains and metrics that changed."""
+    from compiler import incremental
+
     out = []
     same, stopped, started, moved = incremental.match(a, b)
     out += [f"- {x.id}: {x.shape} on {','.join(x.trays)}" for x in stopped]
@@ -149,8 +151,10 @@ class CompileResult:
     warnings: tuple[Diagnostic, ...] = ()  # W510: SLOs the prediction misses
 
 
-def layouts(instances: list[Instance]) -> list[Layout]:
+def layouts(instances: list[Instance]) -> "list[Layout]":
     """Instances grouped by (role, shape, batch limits) for the perf model."""
+    from compiler.perf.predict import grouped_layouts
+
     return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
                            for i in instances)
 
@@ -158,6 +162,8 @@ def layouts(instances: list[Instance]) -> list[Layout]:
 def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
     """The layout's one prediction (compiler.prediction); the prefix cache is the plan's pool
     (its DRAM segments after the host budget)."""
+    from compiler import prediction
+
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
     return prediction.predict(inputs, layouts(plan.instances), available_gpus, pool)
 
@@ -166,6 +172,11 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
           clock: dict[str, float]) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
+    from compiler import incremental
+    from compiler.balance import balance
+    from compiler.lower import lower
+    from compiler.solve import solve
+
     if base is not None or unavailable:
         inputs = incremental.with_failures(
             inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
@@ -198,13 +209,18 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None, base: Plan | None = None,
+            emitter: "EmitWorker | None" = None, base: Plan | None = None,
             unavailable: str | None = None) -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
     `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
     Raises CompileError (exit 2 or 3)."""
+    from compiler import prediction
+    from compiler.fleet import merge
+    from compiler.targets_registry import targets
+    from compiler.validate import rules
+
     clock = {"start": time.perf_counter()}
     fleet = load_fleet(deployment)
     if len(fleet) > 1 and (base is not None or unavailable):

@@ -10,11 +10,7 @@ and the caller compiles in full, so a placement that cannot hold is still report
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compiler import prediction
 from compiler.load import layout, load_inputs
-from compiler.perf.capacity import pinned_candidate
-from compiler.perf.predict import grouped_layouts, pool_tokens, workload
-from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import precheck_counts
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
@@ -36,6 +32,11 @@ def predict_pinned(deployment: Path) -> "tuple[Predicted, list[Diagnostic]] | No
     if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \
             or inputs.resolved.kv_pool_dram.value:
         return None
+    from compiler import prediction  # the perf model: only for a pinned layout (`check`)
+    from compiler.perf.capacity import pinned_candidate
+    from compiler.perf.predict import grouped_layouts, pool_tokens, workload
+    from compiler.perf.serving import prefix_hit_rate
+
     racks, trays = layout(inputs.hardware, inputs.system)
     available = racks * trays * inputs.system.gpus_per_tray  # none marked unavailable
     pre = precheck_counts(inputs, available)
