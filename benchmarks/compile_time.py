@@ -20,7 +20,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_S = 1.5  # compile, CPU seconds of the parent and its emitter together
-CHECK_GOAL_S = 0.5  # check, CPU seconds
 
 
 def _cpu() -> float:
@@ -57,13 +56,13 @@ def main() -> int:
     missed = []
     for name, argv, goal in (
             ("compile", ["compile", str(deployment), "-o", "{tmp}/out{k}"], GOAL_S),
-            ("check", ["check", str(deployment)], CHECK_GOAL_S)):
+            ("check", ["check", str(deployment)], None)):
         walls, cpus = whole_process(argv, args.runs)
         wall, cpu = statistics.median(walls), statistics.median(cpus)
         print(f"rackc {name} {args.example}: median CPU {cpu:.3f} s, wall {wall:.3f} s over "
-              f"{args.runs} runs (wall min {min(walls):.3f}, max {max(walls):.3f}); goal "
-              f"{goal} s CPU")
-        if cpu > goal:
+              f"{args.runs} runs (wall min {min(walls):.3f}, max {max(walls):.3f})"
+              + (f"; goal {goal} s CPU" if goal else "; measured, no goal"))
+        if goal and cpu > goal:
             missed.append(name)
         if name == "compile":
             split = phases(deployment)
