@@ -169,7 +169,7 @@ def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
-          clock: dict[str, float]) -> tuple[Plan, float | None]:
+          clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
     from compiler import incremental
@@ -179,7 +179,8 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
     if base is not None or unavailable:
         inputs = incremental.with_failures(
-            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [],
+            incremental.parse_ids(restore, inputs, "--restore") if restore else [])
     g = build_graph(inputs)
     if base is not None:
         incremental.check_base(base, inputs, g)
@@ -189,6 +190,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
+        incremental.check_kept(base, inputs, pre, g)
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
@@ -210,11 +212,14 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: "EmitWorker | None" = None, base: Plan | None = None,
-            unavailable: str | None = None) -> CompileResult:
+            unavailable: str | None = None, restore: str | None = None,
+            kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
-    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental); `restore`: ids
+    the old plan had down that are repaired; `kernels`: whose measured kernels the perf
+    model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
     from compiler import prediction
     from compiler.fleet import merge
@@ -222,14 +227,14 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     from compiler.validate import rules
 
     clock = {"start": time.perf_counter()}
-    fleet = load_fleet(deployment)
+    fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
         raise CompileError([Diagnostic(
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
             "a recompile of a one-system plan", "a mixed fleet",
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
-        plan, fresh = _plan(fleet[0], base, unavailable, clock)
+        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
         warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
     else:
         plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]

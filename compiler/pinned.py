@@ -16,17 +16,24 @@ from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
 
 if TYPE_CHECKING:
+    from compiler.load import Inputs
     from compiler.plan import Predicted
     from schemas.diagnostics import Diagnostic
 
 
-def predict_pinned(deployment: Path) -> "tuple[Predicted, list[Diagnostic]] | None":
+def predict_pinned(deployment: Path, kernels: str = "vllm"
+                   ) -> "tuple[Predicted, list[Diagnostic]] | None":
+    """predict_loaded of the deployment's inputs; `kernels`: whose measured kernels to
+    predict with (compiler.load.load_fleet)."""
+    return predict_loaded(load_inputs(deployment, kernels))
+
+
+def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | None":
     """The plan's `predicted` block for a pinned deployment, as `compile` computes it, and its
-    missed-SLO warnings; None
+    warnings about the layout (W510, W511); None
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
-    inputs = load_inputs(deployment)
     objective = inputs.deployment.spec.objective
     unavailable = inputs.hardware.spec.unavailable
     if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \
