@@ -307,6 +307,15 @@ class PredictedGroup(Frozen):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class SloCheck(Frozen):
+    """One SLO of the deployment against the prediction (compiler/prediction.py)."""
+
+    field: str  # the deployment's field, e.g. slo.tokens_per_s_per_user_p90
+    target: float
+    predicted: float
+    met: bool
+
+
 class Percentiles(Frozen):
     p50: float | None
     p90: float | None
@@ -352,6 +361,7 @@ class Predicted(OmitsOptional):
     curve: list[CurvePoint]
     # why the counts (compiler/balance.py): the binding role, what spare instances buy
     balance: dict[str, str | int | float] | None = None
+    slo: list[SloCheck] = []  # each SLO the deployment states, met or missed
     simulated: Simulated | None = None  # compiler.simulate's short run (absent: none made)
 
 
