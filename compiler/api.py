@@ -12,15 +12,24 @@ import yaml
 from compiler import arch, graph
 from compiler.graph import build_graph
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
-from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
+from compiler.plan import (
+    PLAN_MAX_BYTES,
+    Fleet,
+    Instance,
+    Plan,
+    Predicted,
+    dump_plan,
+    load_plan,
+)
 from compiler.precheck import precheck
-from schemas.diagnostics import CompileError, Diagnostic
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.reading import FileProblem, read_regular
 from schemas.source import decode_utf8
 
 if TYPE_CHECKING:
     from compiler.emit_worker import EmitWorker
     from compiler.perf.predict import Layout
+    from compiler.simulate.runner import Options
 
 # The solver (OR-Tools), the perf model, the emitters and the bundle rules are imported by the
 # functions that use them, so that `rackc check`, `explain` and `diff` load none of them.
@@ -175,6 +184,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     from compiler import incremental
     from compiler.balance import balance
     from compiler.lower import lower
+    from compiler.simulate.runner import compile_run
     from compiler.solve import solve
 
     if base is not None or unavailable:
@@ -207,7 +217,9 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
-    return draft.model_copy(update={"predicted": metrics}), fresh
+    plan = draft.model_copy(update={"predicted": metrics})
+    return plan.model_copy(update={"predicted": metrics.model_copy(
+        update={"simulated": compile_run(inputs, plan)})}), fresh
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
@@ -261,3 +273,35 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
     return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
                          tuple(warnings))
+
+
+def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
+    """`rackc simulate`: replay a workload against the plan compiled from `deployment`
+    (compiler.simulate); metrics per routing policy beside the plan's closed-form ones.
+    Raises CompileError (exit 2) on a plan of other inputs, a bad trace, policy or fault."""
+    from compiler.load import load_inputs
+    from compiler.simulate.router import POLICIES
+    from compiler.simulate.runner import simulate as run
+
+    plan = read_plan(plan_path)
+    inputs = load_inputs(deployment)
+    if isinstance(plan.hardware, Fleet) or inputs.resolved.digest != plan.inputs_digest:
+        raise CompileError([Diagnostic(
+            "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
+            f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
+            "a mixed fleet's plan" if isinstance(plan.hardware, Fleet)
+            else f"a plan of other inputs ({plan.inputs_digest[:12]})",
+            "recompile, or pass the deployment this plan was compiled from")])
+    bad = [p for p in opts.policies if p not in POLICIES]
+    if bad:
+        raise CompileError([Diagnostic("error", "E753", "<argument>", 0, 0, "--policy",
+                                       " | ".join(POLICIES), repr(bad[0]),
+                                       did_you_mean(bad[0], POLICIES))])
+    results, outcomes = run(inputs, plan, opts)
+    closed = plan.predicted.model_dump(mode="json", include=set(CLOSED_FORM_KEYS)) \
+        if plan.predicted else None
+    return {"results": results, "outcomes": outcomes, "closed_form": closed}
+
+
+CLOSED_FORM_KEYS = ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tokens_per_s_per_user_p50",
+                    "tokens_per_s_per_user_p90", "requests_per_s", "prefix_hit_rate")

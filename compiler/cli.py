@@ -244,7 +244,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo"):
+        if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo",
+                       "simulated"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
@@ -252,7 +253,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
     what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
     for c in k["calibration"]:
         print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
+    sim = p.get("simulated")
+    if sim:
+        _print_simulated(sim)
     return 0
+
+
+def _print_simulated(sim: dict) -> None:
+    print(f"simulated ({sim['requests']} requests, {sim['workload']}, routing "
+          f"{sim['policy']}, seed {sim['seed']}):")
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        q = sim[key]
+        print(f"  {key}: P50 {q['p50']}, P90 {q['p90']}, P99 {q['p99']}")
+    print(f"  requests_per_s: {sim['requests_per_s']}, prefix_hit_rate: "
+          f"{sim['prefix_hit_rate']}")
+    if sim["disagrees"]:
+        print("  more than 10% from the closed form: " + ", ".join(sim["disagrees"])
+              + " (docs/simulate.md says why)")
 
 
 def _predict_pinned(path: Path, kernels: str) -> tuple:
@@ -310,6 +327,65 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 1 if lines else 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from compiler import api
+    from compiler.simulate import report
+    from compiler.simulate.runner import Options
+
+    trace = Path(args.trace) if args.trace else None
+    opts = Options(profile=args.workload, trace=trace,
+                   trace_name=display_name(trace) if trace else "",
+                   requests=args.requests, seed=args.seed,
+                   policies=tuple(p for p in (args.policy or "").split(",") if p),
+                   faults=tuple(f for spec in args.fail or [] for f in spec.split(",") if f),
+                   rate_per_s=args.rate)
+    try:
+        if trace is not None and not trace.is_file():
+            raise CompileError([Diagnostic("error", "E752", display_name(trace), 0, 0,
+                                           "--trace", "a JSON Lines file", "no such file",
+                                           "pass the path of a trace file")])
+        out = _with_progress("simulating", lambda: api.simulate(
+            Path(args.plan), Path(args.deployment), opts))
+        if args.plot:
+            plots = report.plot(out["results"], out["outcomes"])
+            folder = Path(args.plot)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in plots.items():
+                files.write_bytes_atomic(folder / name, data, "--plot")
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    except OSError as exc:
+        _report(files.os_error("--plot", args.plot, exc).diagnostics)
+        return 2
+    if args.format == "json":
+        _print_json({"seed": args.seed, "policies": out["results"],
+                     "closed_form": out["closed_form"]})
+        return 0
+    sys.stdout.write(report.render_text(out["results"], out["closed_form"]))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"expected 1 to 10000000, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rackc", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -365,6 +441,30 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("plan")
     exp.add_argument("path", nargs="?")
     exp.set_defaults(run=cmd_explain)
+
+    sim = sub.add_parser("simulate", help="replay a workload request by request against a "
+                                          "compiled plan")
+    sim.add_argument("plan", help="OUT/plan.yaml")
+    sim.add_argument("--deployment", required=True,
+                     help="the deployment the plan was compiled from (its model, system and "
+                          "workload; the plan's inputs digest must match)")
+    src = sim.add_mutually_exclusive_group()
+    src.add_argument("--workload", choices=("closed", "poisson", "bursty", "agentic"),
+                     help="generator (default: closed loop at the workload's concurrency, or "
+                          "Poisson at the plan's predicted rate in throughput mode)")
+    src.add_argument("--trace", metavar="FILE.jsonl", help="requests from a JSON Lines trace")
+    sim.add_argument("--requests", type=_positive_int, default=10_000)
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--rate", type=_positive_float,
+                     help="requests/s of the open-loop profiles (default: the plan's)")
+    sim.add_argument("--policy", help="routing policies to compare, comma-separated "
+                                      "(kv, round-robin, random, session, least-uncached)")
+    sim.add_argument("--fail", action="append", metavar="ID@T",
+                     help="a GPU, tray or rack fails T seconds in (repeatable)")
+    sim.add_argument("--format", choices=("text", "json"), default="text")
+    sim.add_argument("--plot", metavar="DIR", help="write latency CDFs, hit rate over time "
+                                                   "and per-rank load (PNG) into DIR")
+    sim.set_defaults(run=cmd_simulate)
 
     diff = sub.add_parser("diff", help="what moved between two plans (exit 1 when they differ)")
     diff.add_argument("a")

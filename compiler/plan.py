@@ -316,7 +316,35 @@ class SloCheck(Frozen):
     met: bool
 
 
-class Predicted(Frozen):
+class Percentiles(Frozen):
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class Simulated(Frozen):
+    """A short deterministic run of `rackc simulate` over the plan at compile time (its
+    steady state: the middle of the run); `disagrees` names the closed-form figures it is
+    more than 10% away from."""
+
+    requests: int
+    seed: int
+    workload: str  # closed | poisson
+    policy: str
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    tokens_per_s_per_user_p50: float | None
+    tokens_per_s_per_user_p90: float | None
+    requests_per_s: float
+    prefix_hit_rate: float
+    disagrees: list[str]
+
+
+class Predicted(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("simulated",)
+
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
     tokens_per_s_per_user_p50: float
@@ -334,6 +362,7 @@ class Predicted(Frozen):
     # why the counts (compiler/balance.py): the binding role, what spare instances buy
     balance: dict[str, str | int | float] | None = None
     slo: list[SloCheck] = []  # each SLO the deployment states, met or missed
+    simulated: Simulated | None = None  # compiler.simulate's short run (absent: none made)
 
 
 class Decision(Frozen):

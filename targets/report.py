@@ -5,6 +5,7 @@ import json
 
 from compiler.plan import Plan
 from compiler.preflight import notices
+from targets._simulated import simulated_md
 
 ROLE_COLOURS = {"prefill": "#4C72B0", "decode": "#DD8452", "aggregated": "#55A868",
                 None: "#E5E5E5"}
@@ -45,6 +46,7 @@ def performance_md(plan: Plan) -> str:
     lines += fallbacks_md(plan)
     lines += before_you_deploy_md(plan)
     lines += _balance_lines(p.get("balance"))
+    lines += simulated_md(plan)
     grouped = [k for k in p["breakdown"] if "/" in k]  # a mixed fleet: `group/phase`
     for phase in grouped or ("decode", "prefill"):
         steps = p["breakdown"].get(phase, {})
