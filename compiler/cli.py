@@ -209,7 +209,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             result = _with_progress("predicting", lambda: api.compile(
                 Path(args.deployment), ("report",) if args.plot else ()))
             if args.plot:
-                files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                files.write_text_atomic(Path(args.plot), result.artifacts["report/curve.svg"],
                                          "--plot", result.input_files)
             p = result.plan.predicted
     except CompileError as exc:
@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
-    pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.add_argument("--plot", help="write the throughput-interactivity curve (SVG)")
     pred.set_defaults(run=cmd_predict)
 
     exp = sub.add_parser("explain", help="why a decision in a plan was made")
