@@ -100,7 +100,8 @@ def curve_svg(plan: Plan) -> tuple[str, list[Box]]:
                        (sx(p.tokens_per_s_per_user_p50) + 10, op_y - 10, "start"),
                        (sx(p.tokens_per_s_per_user_p50) + 10, op_y + 18, "start")],
                       "operating point", FONT_SIZE, font_weight="bold")
-    legend = [("P50", P50_COLOUR, None), ("P90", P90_COLOUR, "5 3"), ("SLO", SLO_COLOUR, "6 3")]
+    legend = [("P50", P50_COLOUR, None), ("P90", P90_COLOUR, "5 3")]
+    legend += [("SLO", SLO_COLOUR, "6 3")] if slo_x else []
     x = WIDTH - RIGHT - 270
     for name, colour, dash in legend:
         dashes = f' stroke-dasharray="{dash}"' if dash else ""

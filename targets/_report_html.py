@@ -5,7 +5,7 @@ decision, and the step breakdown."""
 
 from html import escape
 
-from compiler.plan import Fleet, Plan
+from compiler.plan import Fleet, Plan, Predicted
 from targets import _report_memory as memory
 from targets._report_curve import curve_svg
 from targets._report_rack import legend_html, rack_svg
@@ -119,11 +119,16 @@ def _decision(plan: Plan) -> list[str]:
     if why:
         out.append(f"<p>{escape(why)}</p>")
     out.append("<h3>The chosen layout</h3>")
-    out.append(_table(["role", "shape", "instances", "GPUs", "batch per rank", "step ms"],
-                      [[g.role, g.shape, str(g.count), str(g.gpus),
-                        "" if g.batch is None else f"{g.batch:g}",
-                        f"{(g.decode_step_us or g.prefill_step_us or 0) / 1e3:,.1f}"]
-                       for g in p.instances], {2, 3, 4, 5}))
+    groups = _by_group(plan)
+    named = groups[0][0] is not None
+    out.append(_table((["group"] if named else []) + ["role", "shape", "instances", "GPUs",
+                                                      "batch per rank", "step ms"],
+                      [([name] if named else []) + [
+                          g.role, g.shape, str(g.count), str(g.gpus),
+                          "" if g.batch is None else f"{g.batch:g}",
+                          f"{(g.decode_step_us or g.prefill_step_us or 0) / 1e3:,.1f}"]
+                       for name, pred in groups for g in pred.instances],
+                      {k + named for k in (2, 3, 4, 5)}))
     rows = _slo_rows(plan)
     classes = ["miss" if r[3] == "missed" else "" for r in rows]
     out.append(_table(["metric", "predicted", "SLO", ""], rows, {1, 2}, classes))
@@ -131,15 +136,20 @@ def _decision(plan: Plan) -> list[str]:
     return out
 
 
+def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
+    """(group, its prediction) per group of a mixed fleet; else (None, the plan's)."""
+    hw = plan.hardware
+    if isinstance(hw, Fleet):
+        return [(g.name, g.predicted) for g in hw.groups if g.predicted is not None]
+    return [(None, plan.predicted)]
+
+
 def _considered(plan: Plan) -> list[str]:
     """The candidates the counts phase weighed, best per GPU first within each role."""
     considered = plan.solver.considered
     if not considered:
         return []
-    hw = plan.hardware
-    by_group = [(g.name, g.predicted) for g in hw.groups] if isinstance(hw, Fleet) \
-        else [(None, plan.predicted)]
-    chosen = {(name, g.role, g.shape): g.count for name, p in by_group if p is not None
+    chosen = {(name, g.role, g.shape): g.count for name, p in _by_group(plan)
               for g in p.instances}
     many = len({c.group for c in considered}) > 1
     order = {"prefill": 0, "decode": 1, "aggregated": 2}
