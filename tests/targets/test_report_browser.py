@@ -1,9 +1,8 @@
 """report/index.html in a real browser: headless Chromium (Debian's `chromium`) loads each
 example's page; the page logs no console error, every section renders with a non-empty
-drawing, and no two labels of a drawing overlap as Chromium lays them out. Screenshots of each
-page go to $RACKC_REPORT_SCREENSHOTS when it is set (docs/report-screenshots/ keeps them for
-review: `RACKC_REPORT_SCREENSHOTS=docs/report-screenshots python -m pytest
-tests/targets/test_report_browser.py`).
+drawing, and no two labels of a drawing overlap as Chromium lays them out. A full-page
+screenshot of each goes to $RACKC_REPORT_SCREENSHOTS when it is set (docs/report-screenshots/
+keeps five, reduced to 128 colours, for review).
 
 Skipped, with that reason, where no chromium is installed (`apt-get install chromium`)."""
 
