@@ -11,6 +11,7 @@ from targets._report_curve import curve_svg
 from targets._report_rack import legend_html, rack_svg
 from targets._report_text import assumptions, balance_sentence, fallbacks
 
+TOP_PER_ROLE = 4  # candidates shown beside the chosen ones, per role
 SECTIONS = ("warnings", "decision", "rack", "memory", "curve", "explain", "breakdown")
 
 CSS = """
@@ -145,7 +146,8 @@ def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
 
 
 def _considered(plan: Plan) -> list[str]:
-    """The candidates the counts phase weighed, best per GPU first within each role."""
+    """The candidates the counts phase weighed, best per GPU first within each role: the
+    chosen and the next best `TOP_PER_ROLE` in view, the rest folded."""
     considered = plan.solver.considered
     if not considered:
         return []
@@ -155,23 +157,36 @@ def _considered(plan: Plan) -> list[str]:
     order = {"prefill": 0, "decode": 1, "aggregated": 2}
     ranked = sorted(considered, key=lambda c: (c.group or "", order[c.role],
                                                -c.requests_per_s / c.gpus, c.shape))
-    rows, classes = [], []
+    top: tuple[list, list] = ([], [])  # rows, their classes
+    rest: tuple[list, list] = ([], [])
+    seen: dict[tuple, int] = {}  # shown per (group, role), besides the chosen
     for c in ranked:
         n = chosen.get((c.group, c.role, c.shape), 0)
         state = f"chosen x{n}" if n else ("usable" if not c.why_not else f"no: {c.why_not}")
-        rows.append(([c.group or ""] if many else []) + [
+        row = ([c.group or ""] if many else []) + [
             c.role, c.shape, str(c.gpus), f"{c.requests_per_s:.3f}",
-            f"{c.requests_per_s / c.gpus:.3f}", str(c.max_batch), f"{c.step_ms:,.2f}", state])
-        classes.append("chosen" if n else "")
+            f"{c.requests_per_s / c.gpus:.3f}", str(c.max_batch), f"{c.step_ms:,.2f}", state]
+        others = seen.setdefault((c.group, c.role), 0)
+        shown = n or others < TOP_PER_ROLE
+        if not n and shown:
+            seen[c.group, c.role] = others + 1
+        target = top if shown else rest
+        target[0].append(row)
+        target[1].append("chosen" if n else "")
     modes = sorted({c.role for c in considered})
     head = (["group"] if many else []) + ["role", "shape", "GPUs", "req/s per instance",
                                           "req/s per GPU", "max batch", "step ms", ""]
-    nums = {2, 3, 4, 5, 6} if not many else {3, 4, 5, 6, 7}
-    return ["<h3>Layouts considered</h3>",
-            f"<p>Every engine shape the solver weighed (roles: {escape(', '.join(modes))}), "
-            "what one instance sustains at the SLO, and why a shape could not serve. The "
-            "solver chose the counts of these that maximise goodput on the GPUs there are.</p>",
-            _table(head, rows, nums, classes)]
+    nums = {k + many for k in (2, 3, 4, 5, 6)}
+    out = ["<h3>Layouts considered</h3>",
+           f"<p>Every engine shape the solver weighed (roles: {escape(', '.join(modes))}), "
+           "what one instance sustains at the SLO, and why a shape could not serve; the "
+           "solver chose the counts of these that maximise goodput on the GPUs there are. "
+           f"Shown: the chosen shapes and the {TOP_PER_ROLE} next best per GPU of each role."
+           "</p>", _table(head, top[0], nums, top[1])]
+    if rest[0]:
+        out += [f"<details><summary>{len(rest[0])} more candidates</summary>",
+                _table(head, rest[0], nums, rest[1]), "</details>"]
+    return out
 
 
 def _explain(plan: Plan) -> list[str]:

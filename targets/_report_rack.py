@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from html import escape
 
 from compiler.plan import DomainMemory, Hardware, Instance, Plan, Tray
-from targets._report_svg import Box, Labels, rect, svg
+from targets._report_svg import CHAR_EM, Box, Labels, rect, svg
 
 ROLE_COLOURS = {"prefill": ("#4C72B0", "#6F8FC7"), "decode": ("#DD8452", "#E8A57A"),
                 "aggregated": ("#55A868", "#7DC08C")}  # two shades: neighbours stand apart
@@ -86,7 +86,7 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
     dram_pool = {s.location: s.gib for s in plan.kv_pool.segments if s.kind == "dram"}
     widths = [scale.tray_label + hw.gpus_per_tray * scale.gpu + 2 + scale.pool_bar
               for _, hw, _ in groups]
-    panel_w = max(max(widths), max(len(t) for t, _, _ in groups) * scale.font * 0.62 + 2)
+    panel_w = max(max(widths), max(len(t) for t, _, _ in groups) * scale.font * CHAR_EM + 2)
     cols = max(1, min(len(groups), int((MAX_WIDTH + GAP) // (panel_w + GAP))))
     panel_h = TITLE + max(len(ts) for _, _, ts in groups) * scale.row
     body: list[str] = []
@@ -123,10 +123,9 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
                                                           mem.get(gpu, []), shards))
                             + "</title>" + "".join(cells) + "</g>")
                 if inst and rank == 0 and scale.tray_label:
-                    run = _run(tray.gpus, c, inst) * gpu_w
-                    box_text = inst.id
-                    if len(box_text) * scale.font * 0.62 + 6 <= run:
-                        labels.place(x + 3, ty + scale.row * 0.7, box_text, scale.font,
+                    run = _run(tray.gpus, c, inst) * gpu_w  # its own GPUs in this row
+                    if len(inst.id) * scale.font * CHAR_EM + 6 <= run:
+                        labels.place(x + 3, ty + scale.row * 0.7, inst.id, scale.font,
                                      fill="#ffffff")
             if tray.id in dram_pool:
                 bx = gx + hw.gpus_per_tray * gpu_w + 1
