@@ -2,6 +2,7 @@
 per user at P50 and at P90, one point per decode batch, with the SLO lines and the plan's
 operating point (its predicted metrics)."""
 
+import itertools
 import math
 
 from compiler.plan import Plan
@@ -55,7 +56,7 @@ def curve_svg(plan: Plan) -> tuple[str, list[Box]]:
     labels = Labels()
     for v in xt:
         body.append(line(sx(v), TOP, sx(v), TOP + h, "#eeeeee"))
-        labels.place(sx(v), TOP + h + 16, _tick(v), FONT_SIZE, "middle")
+        labels.place(sx(v), TOP + h + 18, _tick(v), FONT_SIZE, "middle")
     for v in yt:
         body.append(line(LEFT, sy(v), LEFT + w, sy(v), "#eeeeee"))
         labels.place(LEFT - 6, sy(v) + 4, _tick(v), FONT_SIZE, "end")
@@ -64,6 +65,7 @@ def curve_svg(plan: Plan) -> tuple[str, list[Box]]:
     for name, v in slo_x:
         body.append(line(sx(v), TOP, sx(v), TOP + h, SLO_COLOUR, stroke_width=1.5,
                          stroke_dasharray="6 3"))
+        labels.avoid(Box(sx(v) - 1, TOP, 2, h))
         text = f"SLO {name} {v:g}"
         labels.first_free([(sx(v) + 4, TOP + 14, "start"), (sx(v) - 4, TOP + 14, "end"),
                            (sx(v) + 4, TOP + 28, "start"), (sx(v) - 4, TOP + 28, "end")],
@@ -75,6 +77,12 @@ def curve_svg(plan: Plan) -> tuple[str, list[Box]]:
         dashes = f' stroke-dasharray="{dash}"' if dash else ""
         body.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" '
                     f'stroke-width="2"{dashes}/>')
+        xy = [(sx(getattr(q, key)), sy(q.total_tokens_per_s_per_gpu)) for q in pts]
+        for (ax, ay), (bx, by) in itertools.pairwise(xy):  # labels keep off the lines too
+            steps = max(1, math.ceil(math.hypot(bx - ax, by - ay) / 4))
+            for k in range(steps + 1):
+                t = k / steps
+                labels.avoid(Box(ax + t * (bx - ax) - 1, ay + t * (by - ay) - 1, 2, 2))
         for q in pts:
             cx, cy = sx(getattr(q, key)), sy(q.total_tokens_per_s_per_gpu)
             body.append(f'<circle cx="{num(cx)}" cy="{num(cy)}" r="3" fill="{colour}">'
