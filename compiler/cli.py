@@ -231,7 +231,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 Path(args.deployment), ("report",) if args.plot else (),
                 kernels=args.kernels))
             if args.plot:
-                files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                files.write_text_atomic(Path(args.plot), result.artifacts["report/curve.svg"],
                                          "--plot", result.input_files)
             pinned = result.plan.predicted, result.warnings
             systems = [h.system for h in result.plan.fleet]
@@ -431,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
-    pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.add_argument("--plot", help="write the throughput-interactivity curve (SVG)")
     pred.add_argument("--kernels", choices=("vllm", "sglang", "trtllm"), default="vllm",
                       help="predict with this engine's measured kernels (a what-if for "
                            "results measured on SGLang or TRT-LLM; the bundle runs vLLM)")

@@ -199,6 +199,21 @@ class RackSolve(Frozen):
     gap: float
 
 
+class Considered(OmitsOptional):
+    """One engine shape the counts phase weighed for a role: what one instance sustains at the
+    SLO (compiler/perf/capacity.py), or why it cannot serve."""
+
+    OPTIONAL = ("why_not", "group")
+    role: Role
+    shape: str
+    gpus: int
+    requests_per_s: float  # one instance, at the SLO; 0 when it cannot meet it
+    max_batch: int  # decode: requests per DP rank at the SLO; prefill: sequences per step
+    step_ms: float
+    why_not: str = ""  # empty: usable
+    group: str | None = None  # a mixed fleet's group
+
+
 class SolverInfo(Frozen):
     status: str  # OPTIMAL when both phases are
     objective: float  # goodput, requests/s
@@ -207,6 +222,7 @@ class SolverInfo(Frozen):
     counts: PhaseSolve
     placement: PhaseSolve
     racks: list[RackSolve]
+    considered: list[Considered]  # every candidate of the counts phase, in its order
 
 
 class Images(Frozen):
@@ -284,6 +300,7 @@ class Parsers(Frozen):
 class CurvePoint(Frozen):
     batch: int
     tokens_per_s_per_user_p50: float
+    tokens_per_s_per_user_p90: float
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
 

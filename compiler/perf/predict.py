@@ -175,6 +175,7 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
         p = predict_layout(inputs, limited, replace(w, concurrency=batch * ranks * 1.05),
                            pool_gib=pool_gib)
         points.append({"batch": batch, "tokens_per_s_per_user_p50": p.tokens_per_s_per_user_p50,
+                       "tokens_per_s_per_user_p90": p.tokens_per_s_per_user_p90,
                        "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                        "total_tokens_per_s_per_gpu": p.total_tokens_per_s_per_gpu})
         batch *= 2

@@ -123,9 +123,9 @@ def test_compile_writes_plan_and_report_then_explain_and_diff(tmp_path: Path):
     proc = run("compile", str(VR), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     for name in ("plan.yaml", "report/performance.md", "report/performance.json",
-                 "report/curve.png", "report/rack.png"):
+                 "report/index.html", "report/curve.svg"):
         assert (out / name).is_file()
-    assert (out / "report" / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "report" / "index.html").read_text().startswith("<!DOCTYPE html>")
     plan = yaml.safe_load((out / "plan.yaml").read_text())
     assert list(plan)[:3] == ["apiVersion", "kind", "inputs_digest"]
     for key in ("instances", "memory", "engram_shards", "kv_pool", "routing", "solver",
