@@ -327,7 +327,7 @@ def case_validate(rng: random.Random, work: Path, ctx: dict, index: int) -> tupl
     target.chmod(0o644) if kind == "unreadable" and target.exists() else None
     if code not in (0, 1, 2):
         return f"{code}", f"{what}: {err[-300:]}"
-    untouched = kind == "none" or (kind == "edit" and ctx["same"](out, target)) or (
+    untouched = kind == "none" or (kind == "edit" and _same_bytes(ctx["bundle"], out, target)) or (
         kind == "unreadable" and os.geteuid() == 0)  # root reads a mode-0 file all the same
     if code == 0 and not untouched:
         return "false pass", what
@@ -429,11 +429,9 @@ def one(job: tuple[int, int]) -> tuple[int, str, str, str, float]:
 
 # --- setup -----------------------------------------------------------------------------------
 
-def _same_bytes(bundle: Path):
-    def same(out: Path, target: Path) -> bool:
-        rel = target.relative_to(out)
-        return (bundle / rel).read_bytes() == target.read_bytes()
-    return same
+def _same_bytes(bundle: Path, out: Path, target: Path) -> bool:
+    """An edit that wrote back the byte it replaced."""
+    return (bundle / target.relative_to(out)).read_bytes() == target.read_bytes()
 
 
 def setup(scratch: Path, timeout: float) -> dict:
@@ -460,21 +458,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rackc-fuzz-setup-") as scratch:
         ctx = CTX
         ctx.update(setup(Path(scratch), args.timeout))
-        ctx.update(timeout=args.timeout, compile_every=args.compile_every,
-                   same=_same_bytes(ctx["bundle"]))
+        ctx.update(timeout=args.timeout, compile_every=args.compile_every)
         start = time.monotonic()
         outcomes: Counter = Counter()
         busy: Counter = Counter()
         failures: list[tuple] = []
         done = 0
-        with multiprocessing.get_context("fork").Pool(args.workers, maxtasksperchild=200) as pool:
+        # forked once, before the pool starts its threads, and never replaced: a worker forked
+        # later from the threaded parent can inherit a held lock and wait for ever
+        with multiprocessing.get_context("fork").Pool(args.workers) as pool:
             jobs = ((args.seed, i) for i in range(args.cases))
-            for index, family, outcome, what, secs in pool.imap_unordered(one, jobs):
+            results = pool.imap_unordered(one, jobs)
+            while True:
+                try:
+                    index, family, outcome, what, secs = results.next(args.timeout * 4)
+                except StopIteration:
+                    break
+                except multiprocessing.TimeoutError:  # a case hung outside its own timeouts
+                    failures.append((-1, "?", "hang", "no result from a worker"))
+                    print("FAIL: no result from a worker", flush=True)
+                    break
                 done += 1
                 busy[family] += secs
                 outcomes[family, outcome] += 1
                 if outcome != "ok":
                     failures.append((index, family, outcome, what))
+                    print(f"FAIL case {index} ({family}): {outcome}: {what}", flush=True)
+                if done % 100 == 0:
+                    print(f"{done} cases, {time.monotonic() - start:.0f} s, "
+                          f"{len(failures)} failed", flush=True)
                 if args.budget and time.monotonic() - start > args.budget:
                     pool.terminate()
                     break
@@ -484,8 +496,7 @@ def main() -> int:
         row = {o: n for (f, o), n in outcomes.items() if f == family}
         print(f"  {family:11s} {sum(row.values()):6d} cases {busy[family]:7.0f} s  " + ", ".join(
             f"{o} {n}" for o, n in sorted(row.items())))
-    for index, family, outcome, what in sorted(failures)[:50]:
-        print(f"FAIL case {index} ({family}): {outcome}: {what}")
+    print(f"{len(failures)} failed")
     return 1 if failures else 0
 
 
