@@ -209,6 +209,18 @@ def _csa(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float
                                                 tokens * h * 2))
 
 
+def _csa_kinds(model, ids) -> list[tuple[int, int]]:
+    """(a representative layer, how many) of `ids` per kind of compressed sparse attention
+    layer: its ratio, and whether it is a KV source or an index source."""
+    sh, ix = model.attention.kv_sharing, model.attention.indexer
+    kinds: dict[tuple, list[int]] = {}
+    for i in ids:
+        ratio = sh.compress_ratios[i] if i < len(sh.compress_ratios) else 0
+        index = bool(ix and (ix.source_layers is None or i in ix.source_layers))
+        kinds.setdefault((ratio, i in sh.source_layers, index), []).append(i)
+    return [(layers[0], len(layers)) for layers in kinds.values()]
+
+
 def replays_decoder(model, shape: Shape) -> bool:
     """Whether vLLM runs SWA bounded replay for `shape`: the model has it, and neither sequence
     parallelism (EP with TP > 1 and DP > 1) nor pipeline stages turn it off
@@ -312,8 +324,10 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
     if m.attention.kind == "csa":  # per layer: ratios, KV and index sources differ
         ids = layers if layers is not None else range(m.layers, m.layers + n) \
             if count is not None else range(n)
-        for i in ids:
-            _csa(ctx, st, shape, seqs, q_len, kv_len, prefill, i)
+        for layer, times in _csa_kinds(m, ids):
+            one = StepTime()
+            _csa(ctx, one, shape, seqs, q_len, kv_len, prefill, layer)
+            st.merge(one.scaled(times))
     else:
         one_full, one_sliding = StepTime(), StepTime()
         attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
