@@ -7,7 +7,7 @@ export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/gb300-a-t14.json
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=2040
+export VLLM_ENGINE_READY_TIMEOUT_S=2160
 export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t14
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 export WITH_NVIDIA_PEERMEM=0
@@ -25,7 +25,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --moe-backend flashinfer_trtllm \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
-  --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
+  --speculative-config '{"draft_sample_method":"probabilistic","enable_adaptive_verification":true,"method":"dspark","num_speculative_tokens":5,"rejection_sample_method":"block"}' \
+  --language-model-only \
   --engram-config '{"cpu_offload":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --port 8000 \
