@@ -29,7 +29,7 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --moe-backend marlin \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
-  --speculative-config '{"draft_sample_method":"probabilistic","enable_adaptive_verification":true,"method":"dspark","num_speculative_tokens":5,"rejection_sample_method":"block"}' \
+  --speculative-config '{"draft_sample_method":"probabilistic","method":"dspark","num_speculative_tokens":5,"rejection_sample_method":"block"}' \
   --language-model-only \
   --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
