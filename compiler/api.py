@@ -162,12 +162,13 @@ def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
-          clock: dict[str, float]) -> tuple[Plan, float | None]:
+          clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
     if base is not None or unavailable:
         inputs = incremental.with_failures(
-            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [],
+            incremental.parse_ids(restore, inputs, "--restore") if restore else [])
     g = build_graph(inputs)
     if base is not None:
         incremental.check_base(base, inputs, g)
@@ -177,6 +178,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
+        incremental.check_kept(base, inputs, pre, g)
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
@@ -197,21 +199,24 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
             emitter: EmitWorker | None = None, base: Plan | None = None,
-            unavailable: str | None = None) -> CompileResult:
+            unavailable: str | None = None, restore: str | None = None,
+            kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
-    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental); `restore`: ids
+    the old plan had down that are repaired; `kernels`: whose measured kernels the perf
+    model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
     clock = {"start": time.perf_counter()}
-    fleet = load_fleet(deployment)
+    fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
         raise CompileError([Diagnostic(
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
             "a recompile of a one-system plan", "a mixed fleet",
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
-        plan, fresh = _plan(fleet[0], base, unavailable, clock)
+        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
     else:
         plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
         fresh = None

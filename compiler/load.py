@@ -35,6 +35,7 @@ class Inputs:
     sources: dict[str, SourceMap]  # "deployment" | "hardware" | "model" -> its source map
     resolved: Resolved  # every default and catalog choice (compiler.resolve)
     files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
+    kernels: str = catalog.DEPLOYED_KERNELS  # whose measured kernels the perf model uses
 
     @property
     def model_name(self) -> str:
@@ -73,9 +74,9 @@ def _read_ref(base: Path, src: SourceMap, field: str,
                      f"{problem.hint}; paths are relative to {src.file}")
 
 
-def load_inputs(deployment_path: Path) -> Inputs:
+def load_inputs(deployment_path: Path, kernels: str = catalog.DEPLOYED_KERNELS) -> Inputs:
     """The inputs of a deployment on one system (a mixed fleet: load_fleet)."""
-    fleet = load_fleet(deployment_path)
+    fleet = load_fleet(deployment_path, kernels)
     if len(fleet) > 1:
         raise CompileError([Diagnostic(
             "error", "E210", display_name(deployment_path), 0, 0, "spec.rack",
@@ -84,10 +85,13 @@ def load_inputs(deployment_path: Path) -> Inputs:
     return fleet[0]
 
 
-def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
+def load_fleet(deployment_path: Path,
+               kernels: str = catalog.DEPLOYED_KERNELS) -> tuple[Inputs, ...]:
     """One Inputs per group of a mixed-fleet Cluster (one for a Rack or a one-system Cluster),
     each with its own system, hardware and resolved choices. A group's hardware is a Cluster
-    named after the group; its workload is the deployment's, scaled by its share of the GPUs."""
+    named after the group; its workload is the deployment's, scaled by its share of the GPUs.
+    `kernels`: whose measured kernel tables the perf model predicts with (`predict
+    --kernels`, a what-if: the bundle runs vLLM whatever it is)."""
     try:
         raw = read_regular(deployment_path)
     except FileProblem as problem:
@@ -129,6 +133,7 @@ def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
     model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
+    _check_kernels(kernels, [system for _, _, system in units])
     gpus = [_gpus(hw, system) for hw, _, system in units]
     out = []
     for (hw, hsrc, system), share in zip(units, gpus, strict=True):
@@ -137,8 +142,24 @@ def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
         resolved = resolve(d, hw, model, system, sources, digest)
         _check_block_size(d, resolved, dsrc)
         out.append(Inputs(d, hw, model, system, catalog.workload(d.spec.workload.profile),
-                          sources, resolved, files))
+                          sources, resolved, files, kernels))
     return tuple(out)
+
+
+def _check_kernels(kernels: str, systems: list[System]) -> None:
+    """Another engine's kernels exist only where its tables were converted for the system."""
+    missing = sorted({s.name for s in systems if catalog.calibration(s.name, kernels) is None})
+    if kernels == catalog.DEPLOYED_KERNELS or not missing:
+        return
+    have = [k for k in catalog.KERNEL_SOURCES
+            if all(catalog.calibration(n, k) is not None for n in missing)]
+    raise CompileError([Diagnostic(
+        "error", "E606", "<argument>", 0, 0, "--kernels",
+        f"an engine whose measured kernels rackc has for {', '.join(missing)}: "
+        f"{', '.join(have)}", kernels,
+        f"predict with {' or '.join(have)}; for a system AIConfigurator measured, `rackc "
+        f"calibrate --system {missing[0]} --from-aiconfigurator --framework {kernels} -o "
+        f"{catalog.kernels_path(missing[0], kernels).name}` converts its tables")])
 
 
 def _gpus(hw: RackV1 | ClusterV1, system: System) -> int:

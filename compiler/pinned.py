@@ -19,15 +19,21 @@ from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
 
 if TYPE_CHECKING:
+    from compiler.load import Inputs
     from compiler.plan import Predicted
 
 
-def predict_pinned(deployment: Path) -> "Predicted | None":
+def predict_pinned(deployment: Path, kernels: str = "vllm") -> "Predicted | None":
+    """predict_loaded of the deployment's inputs; `kernels`: whose measured kernels to
+    predict with (compiler.load.load_fleet)."""
+    return predict_loaded(load_inputs(deployment, kernels))
+
+
+def predict_loaded(inputs: "Inputs") -> "Predicted | None":
     """The plan's `predicted` block for a pinned deployment, as `compile` computes it; None
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
-    inputs = load_inputs(deployment)
     objective = inputs.deployment.spec.objective
     unavailable = inputs.hardware.spec.unavailable
     if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \

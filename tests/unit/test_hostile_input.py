@@ -152,7 +152,7 @@ def _plan(tmp_path: Path, text: str) -> Path:
     ("a: " + "[" * 100 + "]" * 100 + "\n", "E012"), ("a: 1\n", "E701"), ("", "E004"),
 ])
 def test_plan_loader_has_the_input_caps(tmp_path: Path, text: str, code: str):
-    assert _codes(lambda: api.read_plan(_plan(tmp_path, text))) == [code]
+    assert set(_codes(lambda: api.read_plan(_plan(tmp_path, text)))) == {code}
 
 
 def test_plan_loader_reads_regular_files_only(tmp_path: Path):

@@ -2,6 +2,7 @@
 the object named when a defect is put back into OUT; bad OUT and CRD folders are diagnostics."""
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -197,3 +198,41 @@ def test_requests_whose_node_capacity_is_unknown_are_named(out, capsys):
         "containers"][0].update(resources={"requests": {"cpu": "2"}}))
     _, report = validate(capsys, str(out))
     assert report["capacity_not_checked"] == ["cpu"]
+
+
+def test_a_deleted_kustomization_is_a_difference_from_the_manifest(out, capsys):
+    (out / "k8s/kustomization.yaml").unlink()
+    rc, report = validate(capsys, str(out))
+    drift = [d for d in report["diagnostics"] if d["code"] == "E807"]
+    assert rc == 1 and [(d["file"], d["got"]) for d in drift] == [
+        ("k8s/kustomization.yaml", "removed since")]
+
+
+def test_edited_and_added_files_are_named(out, capsys):
+    (out / "lws/extra.yaml").write_text("a: 1\n")
+    (out / "vllm/notes").mkdir()
+    with open(out / "k8s/namespace.yaml", "a") as f:
+        f.write("# edited\n")
+    rc, report = validate(capsys, str(out))
+    drift = sorted((d["file"], d["got"]) for d in report["diagnostics"] if d["code"] == "E807")
+    assert rc == 1 and drift == [("k8s/namespace.yaml", "changed since"),
+                                 ("lws/extra.yaml", "rackc did not write"),
+                                 ("vllm/notes/", "rackc did not write")]
+
+
+def test_a_compiled_out_has_no_differences(compiled_out, capsys):
+    _, report = validate(capsys, str(compiled_out))
+    assert not [d for d in report["diagnostics"] if d["code"] == "E807"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_links_and_fifos_in_out_are_refused_up_front(out, capsys, kind):
+    target = out / "k8s/kustomization.yaml"
+    target.unlink()
+    if kind == "symlink":
+        target.symlink_to(out / "lws/kustomization.yaml")
+    else:
+        os.mkfifo(target)
+    assert cli.main(["validate", str(out)]) == 2  # no wait for kustomize on the FIFO
+    err = capsys.readouterr().err
+    assert "error[E801]" in err and "k8s/kustomization.yaml" in err
