@@ -1,7 +1,9 @@
 """Architecture arithmetic: parameter counts, weight bytes, KV-cache and Engram bytes.
 
 Formulas follow REFERENCE-DATA.md B2/B3 (e.g. DeepSeek-V3 attention 187.1M per layer, routed
-experts 653.9B, MLA cache (512 + 64) x 61 bytes per token at FP8).
+experts 653.9B, MLA cache (512 + 64) x 61 bytes per token at FP8). DeepSeek V4.1's compressed
+sparse attention follows vLLM 0.33 `models/deepseek_v41/` (attention.py, compressor.py,
+common/engram.py, nvidia/model.py, nvidia/dspark.py) and `models/deepseek_v4/common/vision.py`.
 """
 
 from dataclasses import dataclass
@@ -12,7 +14,14 @@ GIB = 1 << 30
 
 # NVFP4 stores 4-bit values plus one FP8 scale per 16 (4.5 bits); FP8 block scales are negligible.
 WEIGHT_BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}
+# OCP microscaling: one UE8M0 byte per 32 values (MXFP4), per 32x32 block (MXFP8 linears).
+MX_WEIGHT_BYTES = {"fp4": 0.5 + 1 / 32, "fp8": 1.0 + 1 / 1024, "bf16": 2.0}
 KV_BYTES = {"fp8": 1, "bf16": 2}
+MX_BLOCK = 32
+# vLLM's DeepSeek V4.1 cache records (models/deepseek_v41/attention.py): an fp8_ds_mla record is
+# all head_dim dims in FP8 with one UE8M0 scale per 32 (l.131-137, 522: 528 B on SM100); the FP8
+# indexer key is head_dim FP8 + one FP32 scale per 128 (_indexer_k_cache_head_dim, l.101-109).
+CSA_INDEX_SCALE_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class Params:
     embedding: int
     lm_head: int
     draft: int  # MTP / DSpark layers, not counted in total
+    draft_experts: int = 0  # the draft's routed experts (in `draft`), stored like the target's
+    vision: int = 0  # the vision tower, not counted in total (--language-model-only skips it)
 
     @property
     def total(self) -> int:
@@ -44,6 +55,8 @@ def moe_layers(spec: ModelSpec) -> int:
 
 def attention_params_per_layer(spec: ModelSpec) -> int:
     a, h = spec.attention, spec.hidden_size
+    if a.kind == "csa":
+        return csa_layer_params(spec)
     if a.kind == "mla":
         rope = a.qk_rope_head_dim or 0
         lora, v = a.kv_lora_rank or 0, a.v_head_dim or a.head_dim
@@ -61,6 +74,68 @@ def attention_params_per_layer(spec: ModelSpec) -> int:
     return params
 
 
+def csa_layer_params(spec: ModelSpec) -> int:
+    """DeepSeek V4 attention's quantized projections (attention.py l.371-410): fused wq_a + wkv
+    (one shared KV head), wq_b, the grouped wo_a and wo_b."""
+    a, h = spec.attention, spec.hidden_size
+    sh = a.kv_sharing
+    return (h * (a.q_lora_rank + a.head_dim) + a.q_lora_rank * a.heads * a.head_dim
+            + a.heads * a.head_dim * sh.o_lora_rank + sh.o_groups * sh.o_lora_rank * h)
+
+
+def csa_side_params(spec: ModelSpec) -> tuple[int, int]:
+    """(quantized, BF16) parameters of the compressors and indexers over all layers: a
+    KV-source layer's compressor (compressor.py l.291-303: wkv, and wgate where ratio > 1, BF16)
+    and its indexer's wk (attention.py l.1418); every index source's wq_b (quantized) and
+    weights_proj (BF16) (attention.py l.1385-1398)."""
+    a, h = spec.attention, spec.hidden_size
+    sh, ix = a.kv_sharing, a.indexer
+    bf16 = sum(h * a.head_dim * (2 if sh.compress_ratios[i] > 1 else 1) for i in sh.source_layers)
+    quant = 0
+    if ix:
+        sources = ix.source_layers if ix.source_layers is not None else range(spec.layers)
+        quant = len(sources) * a.q_lora_rank * ix.heads * ix.head_dim
+        bf16 += len(sources) * h * ix.heads + len(sh.source_layers) * a.head_dim * ix.head_dim
+    return quant, bf16
+
+
+def hc_params(spec: ModelSpec, layers: int) -> int:
+    """Hyper-connection mixing weights (FP32), attention and FFN sublayer of each layer
+    (nvidia/model.py l.440-480: (2 + routes) x routes rows over routes x hidden)."""
+    n = spec.mhc_routes or 0
+    mix = (2 + n) * n
+    return layers * 2 * (mix * n * spec.hidden_size + mix) if n else 0
+
+
+def engram_proj_params(spec: ModelSpec) -> int:
+    """Each Engram layer's quantized wkv: (max_ngram - 1) x heads hashed rows of head_dim in,
+    hidden x (routes + 1) out (common/engram.py l.1626-1637)."""
+    e = spec.engram
+    if not e:
+        return 0
+    out = spec.hidden_size * ((spec.mhc_routes or 1) + 1)
+    return e.tables * (e.max_ngram - 1) * e.heads * e.head_dim * out
+
+
+def engram_entries(spec: ModelSpec) -> int:
+    return sum(spec.engram.rows) * spec.engram.head_dim if spec.engram else 0
+
+
+def vision_params(spec: ModelSpec) -> int:
+    """ViT blocks (fused qkv and out; a gated or plain MLP), patch embedding (3 channels x
+    frames x patch^2 in), the position table and the mergers' two linears (DeepSeek V4.1:
+    models/deepseek_v4/common/vision.py l.81-216, 341-362; Qwen3-VL:
+    model_executor/models/qwen3_vl.py l.378-560, 617-655)."""
+    v = spec.vision
+    if not v:
+        return 0
+    h = v.hidden_size
+    block = 4 * h ** 2 + (3 if v.mlp == "swiglu" else 2) * h * v.intermediate
+    merger = h * v.merge ** 2 * v.merger_hidden + v.merger_hidden * spec.hidden_size
+    return (v.layers * block + 3 * v.temporal_patch * v.patch ** 2 * h
+            + v.position_embeddings * h + v.mergers * merger)
+
+
 def expert_params(spec: ModelSpec) -> int:
     """One routed (or shared) expert: gate, up and down projections."""
     return 3 * spec.hidden_size * spec.moe.expert_intermediate if spec.moe else 0
@@ -75,16 +150,59 @@ def params(spec: ModelSpec) -> Params:
             * expert_params(spec)
     layer = attention_params_per_layer(spec) + (
         3 * h * moe.expert_intermediate * (moe.top_k + moe.shared_experts) if moe else 0)
+    attention = attention_params_per_layer(spec) * spec.layers
+    if spec.attention.kind == "csa":
+        attention += sum(csa_side_params(spec)) + hc_params(spec, spec.layers) \
+            + engram_proj_params(spec)
     return Params(
-        attention=attention_params_per_layer(spec) * spec.layers,
+        attention=attention,
         dense_ffn=spec.dense_layers * 3 * h * spec.dense_intermediate,
         shared_experts=shared,
         routed_experts=n_moe * moe.experts * expert_params(spec) if moe else 0,
         router=n_moe * h * moe.experts if moe else 0,
         embedding=spec.vocab_size * h,
         lm_head=0 if spec.tie_embeddings else spec.vocab_size * h,
-        draft=spec.draft.layers * (layer + 2 * h * h) if spec.draft else 0,
+        draft=_draft_params(spec, layer),
+        draft_experts=_draft_expert_params(spec),
+        vision=vision_params(spec),
     )
+
+
+def _draft_expert_params(spec: ModelSpec) -> int:
+    d = spec.draft
+    if not (d and d.experts and spec.moe):
+        return 0
+    return d.layers * d.experts * expert_params(spec)
+
+
+def _draft_params(spec: ModelSpec, layer: int) -> int:
+    """MTP: each layer plus its 2h x h projection. DSpark (nvidia/dspark.py l.92-150): its
+    layers with their own routed experts, a main projection over the target layers' hidden
+    states and the Markov head (two vocab x rank tables); the embedding is the target's."""
+    d, h = spec.draft, spec.hidden_size
+    if not d:
+        return 0
+    if d.method != "dspark" or not d.experts:
+        return d.layers * (layer + 2 * h * h)
+    moe = spec.moe
+    per_layer = attention_params_per_layer(spec) \
+        + 3 * h * moe.expert_intermediate * moe.shared_experts + h * d.experts
+    markov = 2 * spec.vocab_size * DSPARK_MARKOV_RANK
+    return d.layers * per_layer + _draft_expert_params(spec) + hc_params(spec, d.layers) \
+        + d.target_layers * h * h + markov
+
+
+# nvidia/dspark.py l.141-146: DSparkMarkovHead(vocab, vocab, config.dspark_markov_rank = 256).
+DSPARK_MARKOV_RANK = 256
+
+
+def dtype_bytes(spec: ModelSpec, group: str) -> float:
+    """Stored bytes per parameter of `group` (weights | experts | embedding), with its scales."""
+    d = spec.dtypes
+    dtype = {"weights": d.weights, "experts": d.experts,
+             "embedding": d.embedding or d.weights}[group]
+    table = MX_WEIGHT_BYTES if d.scales == "mx" and group != "embedding" else WEIGHT_BYTES
+    return table[dtype]
 
 
 def active_params(spec: ModelSpec) -> int:
@@ -94,12 +212,30 @@ def active_params(spec: ModelSpec) -> int:
     return p.attention + p.dense_ffn + p.shared_experts + routed + p.router + p.lm_head
 
 
-def weight_bytes(spec: ModelSpec, dtype: str | None = None) -> float:
-    """Served weight bytes; `dtype` forces one dtype for everything instead of the spec's mix."""
+def weight_bytes(spec: ModelSpec, dtype: str | None = None, vision: bool = False) -> float:
+    """Served weight bytes (the draft aside); `dtype` forces one dtype for everything instead
+    of the spec's mix; `vision` adds the vision tower (BF16)."""
     p = params(spec)
-    expert_dtype = dtype or spec.dtypes.experts
-    other_dtype = dtype or spec.dtypes.weights
-    return p.routed_experts * WEIGHT_BYTES[expert_dtype] + p.non_expert * WEIGHT_BYTES[other_dtype]
+    tower = p.vision * WEIGHT_BYTES["bf16"] if vision else 0.0
+    if dtype:
+        return p.total * WEIGHT_BYTES[dtype] + tower
+    head = p.embedding + p.lm_head
+    return (p.routed_experts * dtype_bytes(spec, "experts")
+            + (p.non_expert - head) * dtype_bytes(spec, "weights")
+            + head * dtype_bytes(spec, "embedding") + tower)
+
+
+def draft_bytes(spec: ModelSpec) -> tuple[float, float]:
+    """(routed experts, the rest) of the draft model's weights."""
+    p = params(spec)
+    return (p.draft_experts * dtype_bytes(spec, "experts"),
+            (p.draft - p.draft_experts) * dtype_bytes(spec, "weights"))
+
+
+def checkpoint_bytes(spec: ModelSpec) -> float:
+    """What `hf download` fetches and the engine reads at cold start: weights, draft, vision
+    tower and Engram tables."""
+    return weight_bytes(spec, vision=True) + sum(draft_bytes(spec)) + engram_bytes(spec)
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool = False) -> int:
@@ -111,6 +247,8 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
     a = spec.attention
     dt = kv_dtype or spec.dtypes.kv_cache
     b = KV_BYTES[dt]
+    if a.kind == "csa":  # the draft's layers are window-only (compress ratio 0)
+        return round(csa_kv_bytes_per_token(spec, dt))
     layers = spec.layers - a.sliding_layers + (spec.draft.layers if draft and spec.draft else 0)
     if a.kind == "mla":
         lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
@@ -123,13 +261,43 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
     return 2 * a.kv_heads * a.head_dim * b * layers
 
 
+def csa_record_bytes(spec: ModelSpec, kv_dtype: str) -> int:
+    """One compressed (or window) KV record: FP8 with UE8M0 scales per 32, or plain BF16."""
+    d = spec.attention.head_dim
+    return d + d // MX_BLOCK if kv_dtype == "fp8" else d * KV_BYTES[kv_dtype]
+
+
+def csa_index_record_bytes(spec: ModelSpec, kv_dtype: str) -> int:
+    d = spec.attention.indexer.head_dim if spec.attention.indexer else 0
+    return d + d // CSA_INDEX_SCALE_BLOCK * 4 if kv_dtype == "fp8" else d * KV_BYTES[kv_dtype]
+
+
+def csa_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
+    """Global KV per token: only the KV-source layers own a compressed cache (attention.py
+    get_kv_cache_spec l.1206-1232, tokens_per_state = the layer's ratio), and their indexer the
+    index keys (l.470-485); every other layer reads them."""
+    record = csa_record_bytes(spec, kv_dtype) + csa_index_record_bytes(spec, kv_dtype)
+    return record * csa_states_per_token(spec)
+
+
+def csa_states_per_token(spec: ModelSpec) -> float:
+    """Compressed states the KV sources keep per token of context (one per `ratio` tokens)."""
+    sh = spec.attention.kv_sharing
+    return sum(1 / max(1, sh.compress_ratios[i]) for i in sh.source_layers)
+
+
 def kv_window_bytes_per_request(spec: ModelSpec, kv_dtype: str | None = None) -> int:
     a = spec.attention
     if not a.sliding_layers or not a.sliding_window:
         return 0
-    b = KV_BYTES[kv_dtype or spec.dtypes.kv_cache]
+    dt = kv_dtype or spec.dtypes.kv_cache
+    if a.kind == "csa":  # one window record per layer (DeepseekV4SWACache, attention.py l.562)
+        return csa_record_bytes(spec, dt) * a.sliding_layers * a.sliding_window
+    b = KV_BYTES[dt]
     return 2 * a.kv_heads * a.head_dim * b * a.sliding_layers * a.sliding_window
 
 
 def engram_bytes(spec: ModelSpec) -> float:
+    """vLLM's Engram tables: FP8 rows plus one UE8M0 scale per 32 values (common/engram.py
+    l.1040-1052)."""
     return spec.engram.tables * spec.engram.table_gib * GIB if spec.engram else 0.0

@@ -56,7 +56,9 @@ def _dtypes(c: _Config, kv: str = "bf16") -> dict:
                     "quantization_config.")("quant_method", "", str)
     if quant == "fp8":
         return {"weights": "fp8", "experts": "fp8", "kv_cache": kv}
-    if quant in ("mxfp4", "nvfp4", "modelopt_fp4"):
+    if quant == "mxfp4":
+        return {"weights": "bf16", "experts": "fp4", "kv_cache": kv, "scales": "mx"}
+    if quant in ("nvfp4", "modelopt_fp4"):
         return {"weights": "bf16", "experts": "fp4", "kv_cache": kv}
     return {"weights": "bf16", "experts": "bf16", "kv_cache": kv}
 

@@ -447,7 +447,53 @@ def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
             out.append(_diag(src, ("spec", *path), "E104",
                              f"at most {format_path(bound_path)} ({bound})", str(value),
                              f"{path[-1]} cannot exceed {bound_path[-1]}"))
+    return out + _check_csa(spec, src)
+
+
+def _check_csa(spec, src: SourceMap) -> list[Diagnostic]:
+    """Compressed sparse attention names layers: each must exist, and every layer needs a
+    compression ratio."""
+    a, out = spec.attention, []
+    if (a.kind == "csa") != (a.kv_sharing is not None) or (a.kind == "csa" and not a.q_lora_rank):
+        return [_diag(src, ("spec", "attention", "kind"), "E104",
+                      "csa together with kv_sharing and q_lora_rank", a.kind,
+                      "compressed sparse attention (DeepSeek V4) needs both; other kinds neither")]
+    if a.kv_sharing is None:
+        return out
+    sh = a.kv_sharing
+    if len(sh.compress_ratios) < spec.layers:
+        out.append(_diag(src, ("spec", "attention", "kv_sharing", "compress_ratios"), "E104",
+                         f"one ratio per layer ({spec.layers})", str(len(sh.compress_ratios)),
+                         "list the config's compress_ratios"))
+    named = [(("kv_sharing", "source_layers"), sh.source_layers)]
+    if a.indexer and a.indexer.source_layers is not None:
+        named.append((("indexer", "source_layers"), a.indexer.source_layers))
+    for path, ids in named:
+        if ids and max(ids) >= spec.layers:
+            out.append(_diag(src, ("spec", "attention", *path), "E104",
+                             f"layer ids below layers ({spec.layers})", str(max(ids)),
+                             "layer ids count from 0"))
     return out
+
+
+def _check_images(w, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    if not w.images_per_request:
+        return []
+    vision = model.spec.vision
+    if vision is None:
+        return [_diag(src, ("spec", "workload", "images_per_request"), "E105",
+                      "a model with a vision tower", f"{w.images_per_request:g}",
+                      f"{model.metadata.name} reads text only: set 0")]
+    if w.tokens_per_image is None:
+        return [_diag(src, ("spec", "workload", "images_per_request"), "E104",
+                      "workload.tokens_per_image beside it", "no tokens_per_image",
+                      "give the mean tokens an image becomes (pixels / (patch x merge)^2)")]
+    cap = vision.max_tokens_per_image
+    if cap and w.tokens_per_image > cap:
+        return [_diag(src, ("spec", "workload", "tokens_per_image"), "E104",
+                      f"at most the model's {cap} tokens per image", str(w.tokens_per_image),
+                      "its processor resizes larger images down to the cap")]
+    return []
 
 
 def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
@@ -459,6 +505,7 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                          str(serving.max_model_len), "lower max_model_len"))
     length = serving.max_model_len or mspec.max_context_tokens
     w = dep.spec.workload
+    out += _check_images(w, model, src)
     if w.isl is not None or w.osl is not None:
         profile = catalog.workload(w.profile)
         isl = w.isl if w.isl is not None else profile.isl.value

@@ -62,14 +62,20 @@ def _model(inputs: Inputs) -> ModelInfo:
         experts=m.moe.experts if m.moe else 0,
         redundant_experts=m.moe.redundant_experts if m.moe else 0,
         engram_tables=m.engram.tables if m.engram else 0,
-        engram_table_bytes=round(m.engram.table_gib * arch.GIB) if m.engram else 0)
+        engram_table_bytes=round(m.engram.table_gib * arch.GIB) if m.engram else 0,
+        assumed=sorted(k or "(whole entry)" for k, v in m.sources.items()
+                       if v.startswith("assumed")))
 
 
 def _serving(inputs: Inputs) -> Serving:
     d, r = inputs.deployment, inputs.resolved
     s = d.spec.serving
-    spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
-                       acceptance=s.speculative.acceptance) if s.speculative else None
+    spec = None
+    if s.speculative:
+        extra = r.engines.vllm.speculative.options.get(s.speculative.method)
+        spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
+                           acceptance=s.speculative.acceptance,
+                           options=dict(extra.value) if extra else {})
     return Serving(name=d.metadata.name, namespace=s.namespace,
                    vllm_version=s.vllm_version,
                    kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
@@ -77,7 +83,9 @@ def _serving(inputs: Inputs) -> Serving:
                    attention_backend=r.attention_backend.value,
                    attention_options=r.attention_options.value,
                    linear_backend=r.linear_backend.value, speculative=spec,
-                   engram_placement=r.engram_placement.value)
+                   engram_placement=r.engram_placement.value,
+                   language_model_only=bool(r.language_model_only
+                                            and r.language_model_only.value))
 
 
 def _number(instance_id: str) -> int:

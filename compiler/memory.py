@@ -84,26 +84,32 @@ class GpuBudget:
         return self.reserved_gib + self.fixed_gib + self.kv_min_gib
 
 
-def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
-                     ) -> tuple[float, float]:
+def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False,
+                     vision: bool = False) -> tuple[float, float]:
     """(routed experts, the rest) per GPU of the heaviest pipeline stage. Routed experts split
     over the stage's GPUs; everything else replicated per DP rank, split by TP."""
-    return max(stage_weight_parts_gib(model, shape, with_draft), key=sum)
+    return max(stage_weight_parts_gib(model, shape, with_draft, vision), key=sum)
 
 
-def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False
-                           ) -> list[tuple[float, float]]:
-    """(routed experts, the rest) per GPU of each pipeline stage."""
+def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False,
+                           vision: bool = False) -> list[tuple[float, float]]:
+    """(routed experts, the rest) per GPU of each pipeline stage; the draft (its experts split
+    like the target's) and the vision tower (split by TP) on the last and first stage."""
     p = arch.params(model)
-    eb = arch.WEIGHT_BYTES[model.dtypes.experts]
-    wb = arch.WEIGHT_BYTES[model.dtypes.weights]
+    eb = arch.dtype_bytes(model, "experts")
+    wb = arch.dtype_bytes(model, "weights")
+    hb = arch.dtype_bytes(model, "embedding")
     # EPLB replicas live on expert-parallel ranks only
     replicas = model.moe.slots / model.moe.experts if model.moe and shape.ep > 1 else 1.0
-    draft = p.draft * wb / shape.tp if with_draft and model.draft else 0.0
+    draft_experts, draft_rest = arch.draft_bytes(model) if with_draft and model.draft \
+        else (0.0, 0.0)
+    draft = draft_experts / shape.stage_gpus + draft_rest / shape.tp
+    tower = p.vision * arch.WEIGHT_BYTES["bf16"] / shape.tp if vision else 0.0
+    head = p.embedding + p.lm_head
     if shape.pp == 1:
         experts = p.routed_experts * replicas * eb / shape.gpus
-        rest = p.non_expert * wb / shape.tp
-        return [(experts / GIB, (rest + draft) / GIB)]
+        rest = ((p.non_expert - head) * wb + head * hb) / shape.tp
+        return [(experts / GIB, (rest + draft + tower) / GIB)]
     out = []
     n_moe = arch.moe_layers(model)
     for s, (n, dense, _) in enumerate(stage_layer_mix(model, shape.pp)):
@@ -111,13 +117,15 @@ def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = Fa
         moe_share = moe / n_moe if n_moe else 0.0
         rest = (p.attention * n / model.layers + p.dense_ffn * dense / max(1, model.dense_layers)
                 + (p.shared_experts + p.router) * moe_share)
+        heads = 0
         if s == 0:
-            rest += p.embedding
+            heads += p.embedding
         if s == shape.pp - 1:  # the LM head, its own copy when tied to the embedding
-            rest += p.lm_head or p.embedding
+            heads += p.lm_head or p.embedding
         experts = p.routed_experts * moe_share * replicas * eb / shape.stage_gpus
         out.append((experts / GIB,
-                    (rest * wb / shape.tp + (draft if s == shape.pp - 1 else 0.0)) / GIB))
+                    ((rest * wb + heads * hb) / shape.tp + (draft if s == shape.pp - 1 else 0.0)
+                     + (tower if s == 0 else 0.0)) / GIB))
     return out
 
 
@@ -129,7 +137,8 @@ def offload_gib(inputs, shape: Shape) -> float:
     asked = inputs.deployment.spec.serving.weight_offload
     if asked is None:
         return 0.0
-    experts, rest = weight_parts_gib(inputs.model.spec, shape, inputs.resolved.uses_draft)
+    r = inputs.resolved
+    experts, rest = weight_parts_gib(inputs.model.spec, shape, r.uses_draft, r.loads_vision)
     return round(min(asked.gib_per_gpu, experts if asked.experts_only else experts + rest), 3)
 
 
@@ -179,8 +188,9 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
     full, sliding = model.layers - model.attention.sliding_layers, model.attention.sliding_layers
     out = []
     for (n, _, w), parts in zip(stage_layer_mix(model, shape.pp),
-                                stage_weight_parts_gib(model, shape, r.uses_draft), strict=True):
-        share = (n - w) / full if shape.pp > 1 else 1.0  # of the full-attention layers' KV
+                                stage_weight_parts_gib(model, shape, r.uses_draft,
+                                                       r.loads_vision), strict=True):
+        share = (n - w) / full if shape.pp > 1 and full else 1.0  # of the full layers' KV
         window_share = w / sliding if shape.pp > 1 and sliding else 1.0
         kv = per_token * share * r.max_model_len.value + window * window_share
         out.append(GpuBudget(

@@ -63,11 +63,12 @@ class Hardware(Frozen):
     unavailable_gpus: list[str]
 
 
-class ModelInfo(Frozen):
+class ModelInfo(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("assumed",)
     name: str
     hf_id: str
     architecture: str
-    attention: Literal["mla", "gqa", "mha"]
+    attention: Literal["mla", "gqa", "mha", "csa"]
     sparse_attention: bool
     weights_dtype: str
     experts_dtype: str
@@ -77,15 +78,19 @@ class ModelInfo(Frozen):
     redundant_experts: int = 0  # EPLB replicas over the EP ranks (vLLM --eplb-config)
     engram_tables: int
     engram_table_bytes: int
+    assumed: list[str] = []  # the catalog entry's fields without a public source
 
 
-class Speculative(Frozen):
+class Speculative(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("options",)
     method: str
     draft_tokens: int
     acceptance: float
+    options: dict[str, str | bool] = {}  # further --speculative-config keys (the catalog's)
 
 
-class Serving(Frozen):
+class Serving(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("language_model_only",)
     name: str  # deployment metadata.name
     namespace: str
     vllm_version: str
@@ -97,6 +102,7 @@ class Serving(Frozen):
     linear_backend: str | None
     speculative: Speculative | None
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
+    language_model_only: bool = False  # the vision tower is not loaded
 
 
 class Instance(OmitsOptional):

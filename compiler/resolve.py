@@ -75,11 +75,14 @@ class Resolved:
     rdma_devices_per_tray: Choice[int]
     gpu_reserve_gib: Choice[float]  # per GPU, outside --gpu-memory-utilization
     workload: tuple[Choice[float], ...]  # the request mix: the profile's, or the user's
+    image_tokens: float  # prompt tokens per request that images bring (included in isl)
+    tokens_per_image: int
     objective_mode: Choice[str]
     routing_policy: Choice[str]
     host_reserved_gib: Choice[float]  # per tray, not allocatable to pods
     host: HostReserve
     uses_draft: bool
+    language_model_only: Choice[bool] | None  # skip the vision tower (None: the model has none)
     engines: Engines
     digest: str  # the inputs and every catalog file used
 
@@ -92,6 +95,10 @@ class Resolved:
 
     def workload_value(self, name: str) -> float:
         return next(c.value for c in self.workload if c.path == f"workload.{name}")
+
+    @property
+    def loads_vision(self) -> bool:
+        return self.language_model_only is not None and not self.language_model_only.value
 
     def engram_in_hbm(self, role: str) -> bool:
         placement = self.engram_prefill if role == "prefill" else self.engram_decode
@@ -235,7 +242,7 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         attention_options=_attention_options(engines, m.attention.kind,
                                              m.attention.indexer is not None, family, kv.value),
         expert_format=_expert_format(engines, model),
-        linear_backend=_linear(engines, m.dtypes.weights, family),
+        linear_backend=_linear(engines, _linear_format(m), family),
         draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
         engram_placement=_user(src, "serving.engram_placement", s.engram_placement,
                                "Engram tables live in HBM (SYSTEM.md)"),
@@ -259,6 +266,9 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
             "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
         gpu_reserve_gib=_gpu_reserve(engines, system),
         workload=_workload(dep),
+        image_tokens=float(dep.spec.workload.images_per_request
+                           * (dep.spec.workload.tokens_per_image or 0)),
+        tokens_per_image=dep.spec.workload.tokens_per_image or 0,
         objective_mode=_user(src, "objective.mode", dep.spec.objective.mode,
                              "throughput under the SLO is the default objective"),
         routing_policy=_user(src, "serving.routing", s.routing.policy,
@@ -267,6 +277,7 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
                          engines.mooncake.store.local_buffer_gib.value),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
+        language_model_only=_language_model_only(dep, model),
         engines=engines,
         digest=_digest(digest, dep, hardware, model),
     )
@@ -277,16 +288,37 @@ WORKLOAD_FIELDS = ("isl", "osl", "isl_cv", "osl_cv", "concurrency", "prefix_reus
 
 
 def _workload(dep: DeploymentV1) -> tuple[Choice[float], ...]:
+    """The request mix; a prompt's images add their tokens to its input length."""
     given, profile = dep.spec.workload, catalog.workload(dep.spec.workload.profile)
+    images = given.images_per_request * (given.tokens_per_image or 0)
     out = []
     for name in WORKLOAD_FIELDS:
         value = getattr(given, name, None)
         fact = getattr(profile, name)
-        out.append(Choice(f"workload.{name}", float(value), "user", "written in the deployment")
-                   if value is not None else
-                   Choice(f"workload.{name}", float(fact.value), "catalog",
-                          f"the {profile.name} profile: {fact.source}"))
+        choice = Choice(f"workload.{name}", float(value), "user", "written in the deployment") \
+            if value is not None else Choice(f"workload.{name}", float(fact.value), "catalog",
+                                             f"the {profile.name} profile: {fact.source}")
+        if name == "isl" and images:
+            choice = Choice(choice.path, choice.value + images, choice.source,
+                            f"{choice.why}; plus {given.images_per_request:g} images x "
+                            f"{given.tokens_per_image} tokens")
+        out.append(choice)
     return tuple(out)
+
+
+def _language_model_only(dep: DeploymentV1, model: ModelV1) -> Choice[bool] | None:
+    path = "serving.language_model_only"
+    if model.spec.vision is None:
+        return None
+    images = dep.spec.workload.images_per_request
+    if images:
+        return Choice(path, False, "default",
+                      f"the workload sends {images:g} images per request: the vision tower loads")
+    return Choice(path, True, "rule:text-only",
+                  "a text-only workload (workload.images_per_request 0): the vision tower is "
+                  "not loaded and its HBM goes to the KV cache (vLLM config/multimodal.py "
+                  "MultiModalConfig.language_model_only: every modality limit 0, the tower's "
+                  "weights skipped; vllm-project/recipes DeepSeek-V4.1-Flash text_only)")
 
 
 def _node_reserve(given: float | None, dram_gib: float) -> Choice[float]:
@@ -363,6 +395,12 @@ def _expert_format(e: Engines, model: ModelV1) -> Choice[str]:
         return Choice("model.expert_format", d, "catalog", "the model's expert dtype")
     fact = e.vllm.moe.fp4_format.get(model.spec.architecture, e.vllm.moe.fp4_format_default)
     return Choice("model.expert_format", fact.value, "catalog", fact.source)
+
+
+def _linear_format(spec) -> str:
+    """The linears' checkpoint format: MXFP8 where FP8 weights carry microscaling scales."""
+    return "mxfp8" if spec.dtypes.scales == "mx" and spec.dtypes.weights == "fp8" \
+        else spec.dtypes.weights
 
 
 def _linear(e: Engines, dtype: str, family: str) -> Choice[str | None]:

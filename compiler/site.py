@@ -102,8 +102,9 @@ def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: floa
 
 
 def checkpoint_bytes(model: ModelSpec) -> float:
-    """What a cold start reads: the served weights and the Engram tables."""
-    return arch.weight_bytes(model) + arch.engram_bytes(model)
+    """What a cold start downloads and reads: the whole checkpoint (weights, the draft, the
+    vision tower and the Engram tables; vLLM reads the files even of what it then skips)."""
+    return arch.checkpoint_bytes(model)
 
 
 def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,

@@ -43,6 +43,12 @@ class Workload(StrictModel):
         None, description="Distinct prefix tokens per session (the pool's working set)"
     )
     sessions: count(1 << 20) | None = Field(None, description="Concurrent sessions")
+    images_per_request: Annotated[float, Field(ge=0, le=4096)] = Field(
+        0, description="Mean images per request; 0: text only (a model's vision tower is then "
+                       "not loaded, vLLM --language-model-only)")
+    tokens_per_image: count(TOKENS) | None = Field(
+        None, description="Mean prompt tokens one image becomes (its patches / merge^2); "
+                          "needed with images_per_request, at most the model's cap")
 
 
 class PinnedInstances(StrictModel):

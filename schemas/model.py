@@ -8,7 +8,6 @@ from schemas.base import (
     Fraction,
     Metadata,
     StrictModel,
-    amount,
     count,
 )
 
@@ -28,10 +27,31 @@ class Indexer(StrictModel):
     heads: count(HEADS)
     head_dim: count(HEAD_DIM)
     topk: count(TOKENS)
+    source_layers: list[count(LAYERS, least=0)] | None = Field(
+        None, max_length=LAYERS,
+        description="Layers that run an indexer (DeepSeek V4.1 index_source_layer_ids); "
+                    "the rest reuse the latest one below them. None: every layer")
+
+
+class KvSharing(StrictModel):
+    """Compressed sparse attention (DeepSeek V4/V4.1): every layer keeps a sliding window; the
+    layers with a compression ratio also attend over compressed latents (one per `ratio`
+    tokens), which only the `source_layers` write and every later layer reads."""
+
+    compress_ratios: list[count(128, least=0)] = Field(
+        max_length=LAYERS, description="Per layer: 0 window only, r one latent per r tokens")
+    source_layers: list[count(LAYERS, least=0)] = Field(
+        min_length=1, max_length=LAYERS, description="Layers that compress and write the KV")
+    o_lora_rank: count(WIDTH) = Field(description="Grouped output projection's rank per group")
+    o_groups: count(HEADS)
+    decoder_replay: bool = Field(
+        False, description="Prefill runs the layers from the last KV source on only each "
+                           "request's trailing window (vLLM SWA bounded replay)")
 
 
 class Attention(StrictModel):
-    kind: Literal["mla", "gqa", "mha"]
+    kind: Literal["mla", "gqa", "mha", "csa"] = Field(
+        description="csa: DeepSeek V4's compressed sparse attention, one shared KV head")
     heads: count(HEADS)
     kv_heads: count(HEADS)
     head_dim: count(HEAD_DIM) = Field(description="Query/key head dim (MLA: nope + rope)")
@@ -42,6 +62,7 @@ class Attention(StrictModel):
     indexer: Indexer | None = None
     sliding_window: count(TOKENS) | None = Field(None, description="Window of the sliding layers")
     sliding_layers: count(LAYERS, least=0) = Field(0, description="How many layers use the window")
+    kv_sharing: KvSharing | None = None
 
 
 class Moe(StrictModel):
@@ -64,10 +85,22 @@ class Moe(StrictModel):
 
 
 class Engram(StrictModel):
-    """Hashed n-gram lookup tables read at every step (DeepSeek V4.1)."""
+    """Hashed n-gram lookup tables read at every step (DeepSeek V4.1), one per Engram layer."""
 
-    tables: count(1024)
-    table_gib: amount(4096)
+    rows: list[count(1 << 40)] = Field(min_length=1, max_length=1024,
+                                       description="engram_num_embeddings, one per table")
+    head_dim: count(HEAD_DIM)
+    heads: count(HEADS)
+    max_ngram: count(16) = Field(description="Largest n-gram order (orders 2..max_ngram)")
+
+    @property
+    def tables(self) -> int:
+        return len(self.rows)
+
+    @property
+    def table_gib(self) -> float:
+        """Mean bytes of one table in GiB: FP8 rows with one UE8M0 scale per 32 values."""
+        return sum(self.rows) * (self.head_dim + self.head_dim // 32) / len(self.rows) / (1 << 30)
 
 
 class Draft(StrictModel):
@@ -75,12 +108,42 @@ class Draft(StrictModel):
 
     method: Literal["mtp", "dspark", "eagle3"]
     layers: count(16) = 1
+    experts: count(4096) | None = Field(None, description="Routed experts per draft layer "
+                                                           "(default: the target's)")
+    top_k: count(4096) | None = None
+    target_layers: count(16, least=0) = Field(
+        0, description="Target layers whose hidden states the draft reads (main projection)")
+
+
+class Vision(StrictModel):
+    """The vision tower (ViT blocks, then mergers that fold merge x merge patches into one text
+    token); it loads unless vLLM is given --language-model-only."""
+
+    layers: count(LAYERS)
+    hidden_size: count(WIDTH)
+    heads: count(HEADS)
+    intermediate: count(WIDTH)
+    mlp: Literal["swiglu", "gelu"] = Field(description="Gated (3 matrices) or plain (2) MLP")
+    patch: count(HEAD_DIM)
+    temporal_patch: count(16) = Field(1, description="Frames per patch (video-capable towers)")
+    position_embeddings: count(1 << 20, least=0) = Field(
+        0, description="Learned position table rows (0: rotary positions only)")
+    merge: count(16) = Field(description="Spatial merge: merge x merge patches a token")
+    mergers: count(64) = Field(1, description="Patch mergers (Qwen3-VL: 1 + deepstack levels)")
+    merger_hidden: count(WIDTH) = Field(description="Width of a merger's two-layer MLP")
+    max_tokens_per_image: count(TOKENS) | None = Field(
+        None, description="The processor's cap on one image's tokens")
 
 
 class Dtypes(StrictModel):
     weights: Dtype = Field(description="Attention, dense and shared weights")
     experts: Dtype = Field(description="Routed expert weights")
     kv_cache: Literal["fp8", "bf16"] = "bf16"
+    scales: Literal["block", "mx"] = Field(
+        "block", description="block: FP8 128x128 block scales, FP4 as NVFP4 (an FP8 scale per "
+                             "16); mx: OCP microscaling, one UE8M0 scale per 32 values (MXFP8 "
+                             "32x32 blocks, MXFP4)")
+    embedding: Dtype | None = Field(None, description="Embedding and LM head (default: weights)")
 
 
 class ModelSpec(StrictModel):
@@ -100,6 +163,7 @@ class ModelSpec(StrictModel):
     engram: Engram | None = None
     mhc_routes: count(64) | None = Field(None, description="Hyper-connection residual routes")
     draft: Draft | None = None
+    vision: Vision | None = None
     dtypes: Dtypes
     sources: dict[str, str] = Field(
         default_factory=dict,

@@ -144,7 +144,10 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
     if plan.serving.speculative:
         spec = plan.serving.speculative
         args += ["--speculative-config", compact_json(
-            {"method": spec.method, "num_speculative_tokens": spec.draft_tokens})]
+            {"method": spec.method, "num_speculative_tokens": spec.draft_tokens,
+             **spec.options})]
+    if plan.serving.language_model_only:
+        args.append("--language-model-only")
     # The same for every replica (it depends on the shape); each is checked against the plan.
     engrams = [engram_config(plan, i) for i in instances]
     engram = engrams[0]

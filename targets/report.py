@@ -32,6 +32,7 @@ def performance_md(plan: Plan) -> str:
         f"{plan.model.name} on {plan.hardware.system} ({gpus} GPUs in use), solver "
         f"{plan.solver.status}, goodput {plan.solver.objective:g} requests/s.",
         "",
+        *_assumed_model_lines(plan),
         "| metric | value |",
         "|---|---|",
     ]
@@ -62,6 +63,15 @@ def performance_md(plan: Plan) -> str:
         if name == "prefill":
             lines += _pipeline_lines(plan, p["instances"])
     return "\n".join(lines) + "\n"
+
+
+def _assumed_model_lines(plan: Plan) -> list[str]:
+    """The model's numbers that no public config or engine code gives (its catalog `sources`
+    say `assumed`): every prediction below rests on them."""
+    if not plan.model.assumed:
+        return []
+    return [f"Assumed architecture of {plan.model.name} (no public source): "
+            f"{', '.join(plan.model.assumed)}.", ""]
 
 
 def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:

@@ -108,12 +108,19 @@ class Pipeline(_Strict):
     hybrid_kv_architectures: Fact[list[str]]
 
 
+class SpeculativeOptions(_Strict):
+    """Extra --speculative-config keys per draft method (the engine's defaults otherwise)."""
+
+    options: dict[str, Fact[dict[str, str | bool]]]
+
+
 class Vllm(_Strict):
     name: Literal["vllm"]
     version: str
     attention: Attention
     moe: Moe
     linear: Linear
+    speculative: SpeculativeOptions
     all2all: All2All
     memory: EngineMemory
     engram: Engram

@@ -78,7 +78,9 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
         moe_weight_only=weight_only, batched_experts=batched, offload_gib=offload,
         offload_experts_only=bool(asked and asked.experts_only),
-        nic_gbps=r.nic_gbps_per_gpu.value)
+        nic_gbps=r.nic_gbps_per_gpu.value,
+        image_token_share=r.image_tokens / max(1.0, r.workload_value("isl")),
+        tokens_per_image=r.tokens_per_image)
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,

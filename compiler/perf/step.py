@@ -15,7 +15,7 @@ other stages' time in the pipeline (`fill_us`: what a request waits beyond its c
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compiler import arch, memory
 from compiler.catalog import engines
@@ -35,7 +35,6 @@ DECODE_EXPERT_TILE_ROWS = 64
 # DeepEP's normal (prefill) kernels take 20 SMs by default (deepseek-ai/DeepEP@dd758ca,
 # deep_ep/buffers/legacy.py `Buffer.num_sms = 20`); compute overlapped with them runs on the rest
 COMM_SMS = 20
-ENGRAM_ROW_BYTES_PER_HIDDEN = 4  # assumed: two n-gram orders x bf16 rows of hidden width
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,8 @@ class PerfContext:
     offload_gib: float = 0.0  # weights per GPU in host memory (serving.weight_offload)
     offload_experts_only: bool = False
     nic_gbps: float | None = None
+    image_token_share: float = 0.0  # prompt tokens that are image tokens (workload)
+    tokens_per_image: int = 0
 
 
 @dataclass
@@ -108,6 +109,8 @@ def attention_layer(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q
         kv_len = min(kv_len, a.sliding_window)
     if a.kind == "mla":
         _mla(ctx, st, seqs, q_len, kv_len, prefill, tokens, heads)
+    elif a.kind == "csa":
+        raise ValueError("compressed sparse attention runs per layer (csa_layers)")
     else:
         _gqa(ctx, st, shape, seqs, q_len, kv_len, prefill, tokens, heads)
     if shape.tp > 1:
@@ -168,6 +171,63 @@ def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: floa
                                             v_head_dim=lora))
         st.add("attn_proj", ops.gemm(w, tokens, heads * v, lora))
     st.add("attn_proj", ops.gemm(w, tokens, h, heads * v))
+
+
+def _csa(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
+         kv_len: float, prefill: bool, layer: int) -> None:
+    """DeepSeek V4's compressed sparse attention in `layer` (models/deepseek_v41/attention.py):
+    the replicated fused wq_a + wkv, wq_b, the grouped wo_a and wo_b; a KV source's compressor
+    (BF16) over the new tokens; an index source's indexer over the compressed states; MQA over
+    the window and (where the layer has a ratio) the indexer's top-k compressed latents."""
+    m, ops = ctx.model, ctx.ops
+    a, h, w = m.attention, m.hidden_size, m.dtypes.weights
+    sh, ix = a.kv_sharing, a.indexer
+    tokens = max(1, round(seqs * q_len))
+    heads, groups = max(1, a.heads // shape.tp), max(1, sh.o_groups // shape.tp)
+    new, n_seqs = max(1, round(q_len)), max(1, round(seqs))
+    ratio = sh.compress_ratios[layer] if layer < len(sh.compress_ratios) else 0
+    context = kv_len + (q_len if prefill else 0)
+    st.add("attn_proj", ops.gemm(w, tokens, a.q_lora_rank + a.head_dim, h)
+           + ops.gemm(w, tokens, heads * a.head_dim, a.q_lora_rank)
+           + ops.gemm(w, tokens, groups * sh.o_lora_rank, a.heads * a.head_dim // sh.o_groups)
+           + ops.gemm(w, tokens, h, groups * sh.o_lora_rank))
+    if layer in sh.source_layers:
+        st.add("attn_proj", ops.gemm("bf16", tokens, a.head_dim * (2 if ratio > 1 else 1), h))
+    attended = min(context, a.sliding_window or context)
+    if ratio:
+        compressed = context / ratio
+        if ix and (ix.source_layers is None or layer in ix.source_layers):
+            st.add("attn_proj", ops.gemm(w, tokens, ix.heads * ix.head_dim, a.q_lora_rank))
+            st.add("indexer", ops.indexer(ctx.kv_dtype, n_seqs, new, ix.heads, ix.head_dim,
+                                          max(1, round(compressed))))
+        attended += min(compressed, ix.topk if ix else compressed)
+    st.add("attention", ops.attn_decode(ctx.kv_dtype, n_seqs, heads, 1, a.head_dim,
+                                        max(1, round(attended)), q_len=new,
+                                        v_head_dim=a.head_dim))
+    if shape.tp > 1:
+        st.add("all_reduce", comm.all_reduce_us(ctx.system, _link(ctx, shape), shape.tp,
+                                                tokens * h * 2))
+
+
+def _csa_kinds(model, ids) -> list[tuple[int, int]]:
+    """(a representative layer, how many) of `ids` per kind of compressed sparse attention
+    layer: its ratio, and whether it is a KV source or an index source."""
+    sh, ix = model.attention.kv_sharing, model.attention.indexer
+    kinds: dict[tuple, list[int]] = {}
+    for i in ids:
+        ratio = sh.compress_ratios[i] if i < len(sh.compress_ratios) else 0
+        index = bool(ix and (ix.source_layers is None or i in ix.source_layers))
+        kinds.setdefault((ratio, i in sh.source_layers, index), []).append(i)
+    return [(layers[0], len(layers)) for layers in kinds.values()]
+
+
+def replays_decoder(model, shape: Shape) -> bool:
+    """Whether vLLM runs SWA bounded replay for `shape`: the model has it, and neither sequence
+    parallelism (EP with TP > 1 and DP > 1) nor pipeline stages turn it off
+    (models/deepseek_v41/nvidia/model.py _decoder_replay_supported, _use_sequence_parallel)."""
+    sh = model.attention.kv_sharing
+    return bool(sh and sh.decoder_replay and shape.pp == 1
+                and not (shape.ep > 1 and shape.tp > 1 and shape.dp > 1))
 
 
 def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
@@ -235,9 +295,10 @@ def dense_ffn(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None
 
 def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
             kv_len: float, prefill: bool, count: int | None = None,
-            mix: tuple[int, int, int] | None = None) -> None:
+            mix: tuple[int, int, int] | None = None, layers: range | None = None) -> None:
     """`count` layers (default: all) of attention + FFN; the first dense_layers are dense.
-    `mix`: (layers, dense, sliding) of one pipeline stage instead."""
+    `mix`: (layers, dense, sliding) of one pipeline stage instead; `layers`: those layers.
+    `count` alone means the draft's layers (past the target's)."""
     m = ctx.model
     tokens = max(1, round(seqs * q_len))
     n = m.layers if count is None else count
@@ -245,13 +306,35 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
     dense = m.dense_layers if count is None else 0
     if mix is not None:
         n, dense, sliding = mix
+    if m.attention.kind == "csa" and count is None and prefill and mix is None \
+            and layers is None and replays_decoder(m, shape):
+        # prefill runs the layers from the last KV source on each request's last window only;
+        # that layer first writes the KV (its compressor and wkv) of every token
+        cut = max(m.attention.kv_sharing.source_layers)
+        window = min(q_len, m.attention.sliding_window)
+        _layers(ctx, st, shape, seqs, q_len, kv_len, prefill, layers=range(cut))
+        _layers(ctx, st, shape, seqs, window, kv_len + q_len - window, prefill,
+                layers=range(cut, m.layers))
+        st.add("attn_proj", ctx.ops.gemm("bf16", tokens, m.attention.head_dim, m.hidden_size)
+               + ctx.ops.gemm(m.dtypes.weights, tokens, m.attention.head_dim, m.hidden_size))
+        return
+    if layers is not None:
+        n, dense, sliding = len(layers), sum(1 for i in layers if i < m.dense_layers), 0
     moe_n = n - dense if m.moe else 0
-    one_full, one_sliding = StepTime(), StepTime()
-    attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
-    st.merge(one_full.scaled(n - sliding))
-    if sliding:
-        attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
-        st.merge(one_sliding.scaled(sliding))
+    if m.attention.kind == "csa":  # per layer: ratios, KV and index sources differ
+        ids = layers if layers is not None else range(m.layers, m.layers + n) \
+            if count is not None else range(n)
+        for layer, times in _csa_kinds(m, ids):
+            one = StepTime()
+            _csa(ctx, one, shape, seqs, q_len, kv_len, prefill, layer)
+            st.merge(one.scaled(times))
+    else:
+        one_full, one_sliding = StepTime(), StepTime()
+        attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
+        st.merge(one_full.scaled(n - sliding))
+        if sliding:
+            attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
+            st.merge(one_sliding.scaled(sliding))
     if dense or not m.moe:
         one = StepTime()
         dense_ffn(ctx, one, shape, tokens)
@@ -284,15 +367,18 @@ def _attention_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     m = ctx.model
     a = m.attention
     heads = max(1, a.heads // shape.tp)
-    if a.kind == "mla":
+    if a.kind in ("mla", "csa"):  # csa: RoPE on q's and the one KV head's rope dims, kv norm
         rope = a.qk_rope_head_dim or 0
-        qk = heads * rope + (a.kv_lora_rank or 0) + rope
+        qk = heads * rope + (a.kv_lora_rank or a.head_dim if a.kind == "csa" else
+                             a.kv_lora_rank or 0) + rope
     else:
         qk = (heads + max(1, a.kv_heads // shape.tp)) * a.head_dim
     norms = 2 * _kernel(ctx, "add_rms_norm", 4 * tokens * m.hidden_size * 2)
-    if a.kind == "mla" and a.q_lora_rank:
+    if a.kind in ("mla", "csa") and a.q_lora_rank:
         norms += _kernel(ctx, "rms_norm", 2 * tokens * a.q_lora_rank * 2)
     kv = tokens * memory.kv_bytes_per_token_per_gpu(m, shape, ctx.kv_dtype) / m.layers
+    if a.kind == "csa":  # every layer also writes each token's window record
+        kv += tokens * arch.csa_record_bytes(m, ctx.kv_dtype)
     written = kv * (1 + 2 / arch.KV_BYTES[ctx.kv_dtype])  # a BF16 read per element written
     return (norms + _kernel(ctx, "qk_norm_rope", 2 * tokens * qk * 2)
             + _kernel(ctx, "copy", written))
@@ -334,13 +420,40 @@ def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
     e = ctx.model.engram
     if not e:
         return
-    nbytes = tokens * e.tables * ctx.model.hidden_size * ENGRAM_ROW_BYTES_PER_HIDDEN
+    # each table: (max_ngram - 1) x heads hashed rows per token, FP8 with UE8M0 scales per 32
+    # (common/engram.py l.1626-1628)
+    row = e.head_dim + e.head_dim // arch.MX_BLOCK
+    nbytes = tokens * e.tables * (e.max_ngram - 1) * e.heads * row
     if ctx.engram_host:
         st.add("engram", comm.transfer_us(ctx.system, nbytes, "c2c"))
         return
     local = nbytes / max(1, ctx.engram_gpus)
     st.add("engram", ctx.ops.copy(2 * local)
            + comm.transfer_us(ctx.system, nbytes - local, "nvlink"))
+
+
+def _vision(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
+    """The vision tower over the images among a chunk's `tokens`: every ViT block over
+    merge^2 patches per image token (weights split by TP, vLLM's default
+    --mm-encoder-tp-mode weights), full attention within each image, then the mergers."""
+    v, share = ctx.model.vision, ctx.image_token_share
+    if not (v and share and ctx.tokens_per_image):
+        return
+    ops, h, tp = ctx.ops, v.hidden_size, shape.tp
+    image_tokens = tokens * share
+    per_image = ctx.tokens_per_image * v.merge ** 2  # patches of one image
+    patches = max(1, round(image_tokens * v.merge ** 2))
+    heads = max(1, v.heads // tp)
+    gate = 2 if v.mlp == "swiglu" else 1
+    block = (ops.gemm("bf16", patches, 3 * h // tp, h) + ops.gemm("bf16", patches, h, h // tp)
+             + ops.gemm("bf16", patches, gate * v.intermediate // tp, h)
+             + ops.gemm("bf16", patches, h, v.intermediate // tp)
+             + image_tokens / ctx.tokens_per_image
+             * ops.attn_prefill("bf16", per_image, heads, heads, h // v.heads, causal=False))
+    rows = max(1, round(image_tokens))
+    merger = (ops.gemm("bf16", rows, v.merger_hidden // tp, h * v.merge ** 2)
+              + ops.gemm("bf16", rows, ctx.model.hidden_size, v.merger_hidden // tp))
+    st.add("vision", v.layers * block + v.mergers * merger)
 
 
 def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
@@ -369,12 +482,31 @@ def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> 
     _engram(ctx, st, max(1, round(batch * q)))
     _offload(ctx, st, shape, max(1, round(batch * q)))
     if ctx.draft_tokens and ctx.model.draft:
-        draft = StepTime()
-        _layers(ctx, draft, shape, batch, 1, kv_len, prefill=False, count=ctx.model.draft.layers)
-        _lm_head(ctx, draft, shape, round(batch))
-        st.add("draft", draft.us * ctx.draft_tokens)
+        st.add("draft", _draft_us(ctx, shape, batch, kv_len))
     st.add("overhead", DECODE_OVERHEAD_US)
     return st
+
+
+def _draft_us(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> float:
+    """The draft's proposal of k tokens. MTP / EAGLE: k passes of one token. DSpark
+    (v1/worker/gpu/spec_decode/dspark/speculator.py): one pass of its layers over the k-token
+    query block, with its own routed experts, then the Markov head's vocab x rank bias for each
+    position in turn."""
+    d, k = ctx.model.draft, ctx.draft_tokens
+    draft = StepTime()
+    if d.method != "dspark":
+        _layers(ctx, draft, shape, batch, 1, kv_len, prefill=False, count=d.layers)
+        _lm_head(ctx, draft, shape, round(batch))
+        return draft.us * k
+    m = ctx.model
+    moe = m.moe.model_copy(update={"experts": d.experts or m.moe.experts,
+                                   "top_k": d.top_k or m.moe.top_k, "redundant_experts": 0})
+    own = replace(ctx, model=m.model_copy(update={"moe": moe}))
+    _layers(own, draft, shape, batch, k, kv_len, prefill=False, count=d.layers)
+    _lm_head(ctx, draft, shape, round(batch * k))
+    draft.add("lm_head", k * ctx.ops.gemm("bf16", max(1, round(batch)), m.vocab_size,
+                                          arch.DSPARK_MARKOV_RANK))
+    return draft.us
 
 
 def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float,
@@ -391,6 +523,7 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     st = StepTime()
     seqs = tokens / max(1.0, new_per_seq)
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
+    _vision(ctx, st, shape, tokens)
     _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
     _engram(ctx, st, tokens)
     _offload(ctx, st, shape, tokens)
@@ -411,6 +544,8 @@ def prefill_stages(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: flo
     for s, mix in enumerate(mixes):
         st = StepTime()
         _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True, mix=mix)
+        if s == 0:
+            _vision(ctx, st, shape, tokens)
         if s == shape.pp - 1:
             _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
         engram = StepTime()

@@ -11,7 +11,7 @@ export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
-export VLLM_ENGINE_READY_TIMEOUT_S=1800
+export VLLM_ENGINE_READY_TIMEOUT_S=1920
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t01
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5596
 export WITH_NVIDIA_PEERMEM=0
@@ -20,8 +20,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --data-parallel-size 64 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 18 \
-  --max-num-batched-tokens 108 \
+  --max-num-seqs 39 \
+  --max-num-batched-tokens 234 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \
@@ -29,7 +29,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --moe-backend marlin \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
-  --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
+  --speculative-config '{"draft_sample_method":"probabilistic","method":"dspark","num_speculative_tokens":5,"rejection_sample_method":"block"}' \
+  --language-model-only \
   --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --enable-auto-tool-choice \

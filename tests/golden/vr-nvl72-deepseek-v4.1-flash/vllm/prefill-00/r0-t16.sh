@@ -10,7 +10,7 @@ export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=1800
+export VLLM_ENGINE_READY_TIMEOUT_S=1920
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t16
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 export WITH_NVIDIA_PEERMEM=0
@@ -28,7 +28,8 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --moe-backend flashinfer_trtllm \
   --linear-backend deep_gemm \
   --attention-backend FLASHINFER_MLA_SPARSE_DSV41 \
-  --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
+  --speculative-config '{"draft_sample_method":"probabilistic","method":"dspark","num_speculative_tokens":5,"rejection_sample_method":"block"}' \
+  --language-model-only \
   --engram-config '{"cpu_offload":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
   --port 8000 \
