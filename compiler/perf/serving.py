@@ -189,11 +189,12 @@ class _PrefillAt:
         return self.step_us(tokens) * max(1.0, self.new / max(1.0, tokens))
 
 
-def _burst_floor(own_us: float, cycle_floor_us: float, sync: float) -> float:
+def _burst_floor(own_us: float, cycle_floor_us: float, sync: float, bound_us: float) -> float:
     """A synchronised burst cannot come back sooner than its rank prefills all of them: in a
     closed loop each client's cycle (TTFT + decode) is at least the rank's prompt work for
-    every client once, so the synchronised share waits that out."""
-    return own_us + sync * max(0.0, cycle_floor_us - own_us)
+    every client once, so the synchronised share waits that out, at most as long as a queue
+    at the rank's utilisation would hold it (`bound_us`: the floor binds near saturation)."""
+    return own_us + sync * min(max(0.0, cycle_floor_us - own_us), bound_us)
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,8 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
 
     p_ranks = sum(g.ranks for g in prefill)
-    clients = w.concurrency / max(p_ranks, 1)
+    # the clients that cycle through a prefill rank: at most what decode holds at once
+    clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
     at_size = _PrefillAt(prefill[0], new, cached)
 
     def ttft(rate: float, q: float, decode_us: float) -> float:
@@ -240,7 +242,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone))
         tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
         own = _burst_floor(at_size.own_us(tokens), at_size.per_token_us(tokens) * new * clients
-                           - decode_us, sync)
+                           - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
         return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
                        step.fill_us, ahead, own, sync, w.isl)
 
@@ -293,7 +295,7 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
     spread = chunk.breakdown.get("moe_experts", 0.0) / g.max_batched_tokens \
         if g.shape.dp > 1 else per_token
     steps = decode_steps(w, ctx)
-    clients = w.concurrency / ranks
+    clients = min(w.concurrency / ranks, g.max_batch)  # at most what a rank decodes at once
     at_size = _PrefillAt(g, new, cached)
 
     def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
@@ -327,14 +329,17 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         alone = service(new, new)
         sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone))
         size = co_batched_tokens(clients, new, budget, sync)
-        own = _burst_floor(service(new, size), service(new * clients, size) - decode_us, sync)
-        s50 = own
-        s90 = own * (1 + Z90 * w.isl_cv)
         hold = service(new, budget)
         ahead = max(0.0, w.concurrency - 1) / ranks * hold  # a closed loop queues no more
         extra = request_overhead_us(w.isl)
-        ttft50 = s50 + (1 - sync) * min(queue_wait(rho, hold, 0.5), ahead) + extra
-        ttft90 = s90 + (1 - sync) * min(queue_wait(rho, hold, 0.9), ahead) + extra
+
+        def ttft(q: float) -> float:
+            wait = min(queue_wait(rho, hold, q), ahead)
+            own = _burst_floor(service(new, size), service(new * clients, size) - decode_us,
+                               sync, wait)
+            return own * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)) + (1 - sync) * wait + extra
+
+        ttft50, ttft90 = ttft(0.5), ttft(0.9)
         return step, decode_us, ttft50, ttft90, rho, limit
 
     state = _State(rate=0.0, batch=min(w.concurrency / ranks, g.max_batch))

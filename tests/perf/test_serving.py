@@ -121,7 +121,10 @@ def test_a_closed_loop_bounds_the_prefill_wait():
     assert closed == pytest.approx(1000.0 + 3000.0 + extra)
 
 
-@pytest.mark.parametrize("layout", [AGG, DISAGG], ids=["aggregated", "disaggregated"])
+EXAMPLE = [Layout("prefill", parse_shape("DEP8"), 1), Layout("decode", parse_shape("DEP8"), 1)]
+
+
+@pytest.mark.parametrize("layout", [AGG, EXAMPLE], ids=["aggregated", "disaggregated"])
 def test_equal_lengths_arrive_in_bursts(h200, layout):
     """A fixed-concurrency client with equal lengths sends its prompts back together: they
     are prefilled in one step of all their tokens, so TTFT grows with concurrency even far
@@ -129,8 +132,8 @@ def test_equal_lengths_arrive_in_bursts(h200, layout):
     inputs, w = h200
     w = replace(w, osl_cv=0.0)
     lone = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=1))
-    burst = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=16))
-    spread = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=16,
+    burst = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=64))
+    spread = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=64,
                                                     osl_cv=0.5))
     assert burst.ttft_ms_p50 > 1.5 * lone.ttft_ms_p50
     assert lone.ttft_ms_p50 < spread.ttft_ms_p50 < burst.ttft_ms_p50
