@@ -304,11 +304,16 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         shared = _decode_share(g, s.batch, kv_len)
         budget = max(1.0, g.max_batched_tokens - s.batch * (1 + ctx.draft_tokens))
         mean_busy = min(s.rate * new * per_token, MAX_UTILISATION)
-        # each rank fills its budget with at most `per_step` prompt pieces (a prompt, or a
-        # budget's share of a longer one) and holds `mean_busy` of a full budget on average:
-        # ranks that all fill their budget wait for nobody, a light load waits for the busiest
+        # prompt pieces (a prompt, or a budget's share of a longer one) per rank per step:
+        # those that arrive during a step (a step that carries a chunk lasts at least that
+        # chunk) and the backlog a busy rank builds (M/D/1's mean queue, rho^2 / 2(1 - rho)),
+        # at most `per_step` within the budget: ranks that all fill their budget wait for
+        # nobody, a light load waits for its busiest rank
+        step_us = max(shared.us / (1 - mean_busy), min(new, budget) * per_token)
+        backlog = mean_busy ** 2 / (2 * (1 - mean_busy))
+        pieces = s.rate * step_us * math.ceil(max(new, 1.0) / budget) + backlog
         per_step = int(budget // max(1.0, min(new, budget)))
-        busiest = routing.busiest_of_capped(mean_busy * per_step, per_step, g.shape.dp)
+        busiest = routing.busiest_of_capped(pieces, per_step, g.shape.dp)
         cost = spread + (per_token - spread) * busiest  # us of a step per prompt token
         busy = min(s.rate * new * cost, MAX_UTILISATION)  # share of time prefilling
         step = _decode_time(g, max(s.batch, 1.0), kv_len)
