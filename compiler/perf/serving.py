@@ -30,6 +30,7 @@ SETTLED = 1e-6  # fixed points stop when rate and batch move by less than this s
 REQUEST_OVERHEAD_US = 3000.0  # assumed: HTTP in, the frontend's preprocessing and routing, the
 # engine core's scheduling of the request, the first token's detokenisation and SSE write
 TOKENISE_US_PER_TOKEN = 1.0  # assumed: a fast (Rust) tokenizer at ~1M tokens/s on one core
+UNBOUNDED_CONCURRENCY = 1e9  # throughput mode without a stated concurrency: demand unbounded
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class Workload:
     prefix_reuse: float
     shared_prefix_tokens: float
     sessions: float
+
+    @property
+    def closed_loop(self) -> bool:
+        """A stated number of clients, each sending its next request when its last one ends;
+        without one (unbounded demand, admitted at the goodput) arrivals are independent."""
+        return self.concurrency < UNBOUNDED_CONCURRENCY
 
 
 @dataclass(frozen=True)
@@ -134,12 +141,15 @@ def request_overhead_us(isl: float) -> float:
     return REQUEST_OVERHEAD_US + TOKENISE_US_PER_TOKEN * max(0.0, isl)
 
 
-def arrival_sync(service_us: float, cycle_sd_us: float) -> float:
+def arrival_sync(service_us: float, cycle_sd_us: float, closed_loop: bool = True) -> float:
     """Share of a rank's other clients whose prompts arrive within one prefill of a request's
     own. Requests prefilled together decode together and come back together when their
     lengths are equal (share 1); with a spread of lengths a group comes back over a window of
     sqrt(12) standard deviations of its cycle time (the width of a uniform spread with that
-    deviation), of which one prefill catches `service_us` / window."""
+    deviation), of which one prefill catches `service_us` / window. Independent arrivals
+    (no closed loop) are not synchronised."""
+    if not closed_loop:
+        return 0.0
     window = math.sqrt(12.0) * cycle_sd_us
     return 1.0 if window <= service_us else service_us / window
 
@@ -239,7 +249,8 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
         ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) * hold
         alone = at_size.own_us(min(new, g.max_batched_tokens))
-        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone))
+        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
+                            w.closed_loop)
         tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
         own = _burst_floor(at_size.own_us(tokens), at_size.per_token_us(tokens) * new * clients
                            - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
@@ -332,7 +343,8 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
                 + max(tokens, size) * at_size.per_token_us(size)
 
         alone = service(new, new)
-        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone))
+        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
+                            w.closed_loop)
         size = co_batched_tokens(clients, new, budget, sync)
         hold = service(new, budget)
         ahead = max(0.0, w.concurrency - 1) / ranks * hold  # a closed loop queues no more
