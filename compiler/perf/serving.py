@@ -114,8 +114,8 @@ def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) ->
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
             rho: float, q: float, fill_us: float = 0.0, max_wait_us: float = math.inf,
-            own_us: float | None = None, sync: float = 0.0, isl: float | None = None
-            ) -> float:
+            own_us: float | None = None, sync: float = 0.0, isl: float | None = None,
+            cycle_floor_us: float = 0.0) -> float:
     """Time to first token at quantile q: the request's prefill chunks (a long prompt at the
     P90 of lengths needs more), the KV hand-off, waiting at a prefill rank and the engine's
     per-request work. Through pipeline stages the chunks follow each other one slowest stage
@@ -124,14 +124,15 @@ def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, trans
     leaves stages idle. `own_us`: the request's prefill at the size of the step it shares with
     the prompts that arrive with it (default: its share of full chunks). The queue's unit of
     service is a request's hold on the rank: its chunks (vLLM schedules prompts first come,
-    first served), at least one step; only the de-synchronised share of arrivals (1 - `sync`)
-    finds the rank busy, and a closed loop of clients bounds the wait (`max_wait_us`)."""
+    first served), at least one step; a closed loop of clients bounds the wait
+    (`max_wait_us`), and its synchronised share waits as `closed_loop_wait` says."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
     hold = request_hold_us(chunk_us, chunk_tokens, new)
     own = hold if own_us is None else own_us
-    service = own * spread + fill_us
-    wait = (1.0 - sync) * min(queue_wait(rho, hold, q), max_wait_us)
-    return service + transfer_us + wait + request_overhead_us(new if isl is None else isl)
+    wait = closed_loop_wait(own, cycle_floor_us, sync,
+                            min(queue_wait(rho, hold, q), max_wait_us))
+    return own * spread + fill_us + transfer_us + wait \
+        + request_overhead_us(new if isl is None else isl)
 
 
 def request_overhead_us(isl: float) -> float:
@@ -178,13 +179,17 @@ def queue_wait(rho: float, service_us: float, q: float) -> float:
 
 class _PrefillAt:
     """Prefill steps of one group at the token count they really hold (memoised to three
-    significant digits, so a fixed point does not recompute them)."""
+    significant digits, so a fixed point does not recompute them; a full chunk exactly, as
+    the solver's candidates cost it)."""
 
-    def __init__(self, g: Group, new: float, cached: float):
+    def __init__(self, g: Group, new: float, cached: float, chunk_us: float):
         self.g, self.new, self.cached = g, new, cached
         self.seen: dict[int, float] = {}
+        self.chunk_us = chunk_us
 
     def step_us(self, tokens: float) -> float:
+        if tokens == self.g.max_batched_tokens:
+            return self.chunk_us
         key = max(1, int(float(f"{max(1.0, tokens):.3g}")))
         if key not in self.seen:
             self.seen[key] = _prefill_time(self.g, key, self.new, self.cached).us
@@ -199,12 +204,16 @@ class _PrefillAt:
         return self.step_us(tokens) * max(1.0, self.new / max(1.0, tokens))
 
 
-def _burst_floor(own_us: float, cycle_floor_us: float, sync: float, bound_us: float) -> float:
-    """A synchronised burst cannot come back sooner than its rank prefills all of them: in a
-    closed loop each client's cycle (TTFT + decode) is at least the rank's prompt work for
-    every client once, so the synchronised share waits that out, at most as long as a queue
-    at the rank's utilisation would hold it (`bound_us`: the floor binds near saturation)."""
-    return own_us + sync * min(max(0.0, cycle_floor_us - own_us), bound_us)
+def closed_loop_wait(own_us: float, cycle_floor_us: float, sync: float,
+                     queue_us: float) -> float:
+    """A request's wait before its own prefill: the de-synchronised share of arrivals
+    (1 - `sync`) finds the rank busy as a queue would (`queue_us`); the synchronised share is
+    prefilled with its burst and waits only where the burst cannot come back sooner than its
+    rank prefills them all (in a closed loop each client's cycle, TTFT + decode, is at least
+    the rank's prompt work for every client once: `cycle_floor_us`), at most as long as the
+    queue would hold it (the floor binds near saturation)."""
+    burst = min(max(0.0, cycle_floor_us - own_us), queue_us)
+    return (1.0 - sync) * queue_us + sync * burst
 
 
 @dataclass(frozen=True)
@@ -239,7 +248,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     p_ranks = sum(g.ranks for g in prefill)
     # the clients that cycle through a prefill rank: at most what decode holds at once
     clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
-    at_size = _PrefillAt(prefill[0], new, cached)
+    at_size = _PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us)
 
     def ttft(rate: float, q: float, decode_us: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
@@ -252,10 +261,9 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
                             w.closed_loop)
         tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
-        own = _burst_floor(at_size.own_us(tokens), at_size.per_token_us(tokens) * new * clients
-                           - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
+        floor = at_size.per_token_us(tokens) * new * clients - decode_us
         return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
-                       step.fill_us, ahead, own, sync, w.isl)
+                       step.fill_us, ahead, at_size.own_us(tokens), sync, w.isl, floor)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
@@ -307,7 +315,7 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         if g.shape.dp > 1 else per_token
     steps = decode_steps(w, ctx)
     clients = min(w.concurrency / ranks, g.max_batch)  # at most what a rank decodes at once
-    at_size = _PrefillAt(g, new, cached)
+    at_size = _PrefillAt(g, new, cached, chunk.us)
 
     def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
         """(mixed step as a decoding user sees it, decode us per request, TTFT P50, TTFT P90,
@@ -351,10 +359,10 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         extra = request_overhead_us(w.isl)
 
         def ttft(q: float) -> float:
-            wait = min(queue_wait(rho, hold, q), ahead)
-            own = _burst_floor(service(new, size), service(new * clients, size) - decode_us,
-                               sync, wait)
-            return own * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)) + (1 - sync) * wait + extra
+            own = service(new, size)
+            wait = closed_loop_wait(own, service(new * clients, size) - decode_us, sync,
+                                    min(queue_wait(rho, hold, q), ahead))
+            return own * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)) + wait + extra
 
         ttft50, ttft90 = ttft(0.5), ttft(0.9)
         return step, decode_us, ttft50, ttft90, rho, limit
