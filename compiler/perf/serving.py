@@ -26,7 +26,7 @@ Z90 = 1.2816  # standard normal 90th percentile
 MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
 SETTLED = 1e-6  # fixed points stop when rate and batch move by less than this share
 # What the engine adds to a request's first token besides prefill (no public measurement of
-# vLLM 0.33 / Dynamo 1.6.1 at this granularity; docs/performance.md lists them):
+# vLLM 0.33 / Dynamo 1.6.1 at this granularity; benchmarks/README.md lists them):
 REQUEST_OVERHEAD_US = 3000.0  # assumed: HTTP in, the frontend's preprocessing and routing, the
 # engine core's scheduling of the request, the first token's detokenisation and SSE write
 TOKENISE_US_PER_TOKEN = 1.0  # assumed: a fast (Rust) tokenizer at ~1M tokens/s on one core
@@ -121,18 +121,18 @@ def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, trans
     per-request work. Through pipeline stages the chunks follow each other one slowest stage
     (`chunk_us`) apart and the last one still passes the other stages (`fill_us`): n chunks
     take (n + pp - 1) stage turns where stages are equal, so a prompt shorter than pp chunks
-    leaves stages idle. `own_us`: the request's prefill at the size of the step it shares with
-    the prompts that arrive with it (default: its share of full chunks). The queue's unit of
+    leaves stages idle. `own_us`: the request's prefill (at quantile q's length) at the size
+    of the step it shares with the prompts that arrive with it (default: its chunks' share of
+    full chunks, at least one). The queue's unit of
     service is a request's hold on the rank: its chunks (vLLM schedules prompts first come,
     first served), at least one step; a closed loop of clients bounds the wait
     (`max_wait_us`), and its synchronised share waits as `closed_loop_wait` says."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
     hold = request_hold_us(chunk_us, chunk_tokens, new)
-    own = hold if own_us is None else own_us
+    own = request_hold_us(chunk_us, chunk_tokens, new * spread) if own_us is None else own_us
     wait = closed_loop_wait(own, cycle_floor_us, sync,
                             min(queue_wait(rho, hold, q), max_wait_us))
-    return own * spread + fill_us + transfer_us + wait \
-        + request_overhead_us(new if isl is None else isl)
+    return own + fill_us + transfer_us + wait + request_overhead_us(new if isl is None else isl)
 
 
 def request_overhead_us(isl: float) -> float:
@@ -198,10 +198,12 @@ class _PrefillAt:
     def per_token_us(self, tokens: float) -> float:
         return self.step_us(tokens) / max(1.0, tokens)
 
-    def own_us(self, tokens: float) -> float:
-        """A request's own prefill when each of its steps holds `tokens` prompt tokens: one
-        step when it shares it, its chunks' steps when it is longer than a step."""
-        return self.step_us(tokens) * max(1.0, self.new / max(1.0, tokens))
+    def own_us(self, tokens: float, new: float | None = None) -> float:
+        """A prompt's own prefill (`new` tokens, default the group's) when each of its steps
+        holds `tokens` prompt tokens: one step when it shares it, its chunks' steps when it
+        is longer than a step."""
+        new = self.new if new is None else new
+        return self.step_us(tokens) * max(1.0, new / max(1.0, tokens))
 
 
 def closed_loop_wait(own_us: float, cycle_floor_us: float, sync: float,
@@ -262,8 +264,11 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
                             w.closed_loop)
         tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
         floor = at_size.per_token_us(tokens) * new * clients - decode_us
+        # a prompt at quantile q's length, in a step with the others that arrive with it
+        mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
+        size = min(g.max_batched_tokens, max(tokens, mine))
         return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
-                       step.fill_us, ahead, at_size.own_us(tokens), sync, w.isl, floor)
+                       step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
@@ -359,10 +364,11 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         extra = request_overhead_us(w.isl)
 
         def ttft(q: float) -> float:
-            own = service(new, size)
-            wait = closed_loop_wait(own, service(new * clients, size) - decode_us, sync,
-                                    min(queue_wait(rho, hold, q), ahead))
-            return own * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0)) + wait + extra
+            mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))  # quantile q's prompt
+            own = service(mine, max(size, mine))
+            wait = closed_loop_wait(service(new, size), service(new * clients, size)
+                                    - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
+            return own + wait + extra
 
         ttft50, ttft90 = ttft(0.5), ttft(0.9)
         return step, decode_us, ttft50, ttft90, rho, limit
