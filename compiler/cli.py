@@ -5,14 +5,13 @@ imports."""
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler import files, output_dir
+from compiler import files, interrupts, output_dir
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from compiler.validate.cli import add_validate_command
@@ -42,7 +41,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             _print_json(api.failed_check(exc))
         _report(exc.diagnostics)
         return exc.exit_code
+    warnings = _pinned_warnings(Path(args.deployment))
+    _report(warnings)
     if args.format == "json":
+        result["diagnostics"] += [d.to_dict() for d in warnings]
         _print_json(result)
         return 0
     print(f"ok: {result['system']}, {result['racks']} rack(s), {result['trays']} trays, "
@@ -58,6 +60,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                             if s["fits"])
             print(f"{f'{group}: ' if group else ''}{role} shapes that fit: {fit or 'none'}")
     return 0
+
+
+def _pinned_warnings(path: Path) -> list[Diagnostic]:
+    """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
+    `compile` report them; a layout the solver chooses is checked by `compile`."""
+    pinned, _ = _predict_pinned(path, "vllm")
+    return pinned[1] if pinned else []
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -78,7 +87,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 
     path = Path(args.config)
     try:
-        text = import_hf(path, display_name(path), args.name)
+        text = import_hf(path, display_name(path), args.name, args.hf_id)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -139,7 +148,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     try:
         only = _targets_asked(args.targets)
-        output_dir.check_location(Path(args.output), (Path(args.deployment),))
+        read = (Path(args.deployment), *([Path(args.base)] if args.base else []))
+        output_dir.check_location(Path(args.output), read)
         if not args.check:
             output_dir.owned_files(Path(args.output))  # refuse before the work
     except CompileError as exc:
@@ -150,18 +160,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from compiler import api
 
         base = api.read_plan(Path(args.base)) if args.base else None
+        if args.restore and base is None:
+            raise CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, "--restore",
+                                           "--from OLD/plan.yaml with it", "no --from",
+                                           "name the running plan whose GPUs come back")])
         result = _with_progress("compiling", lambda: api.compile(
-            Path(args.deployment), only, emitter, base, args.unavailable))
+            Path(args.deployment), only, emitter, base, args.unavailable, args.restore))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
-        output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
-                                keep_targets=only is not None)
+        output_dir.write_output(Path(args.output), result.artifacts,
+                                (*result.input_files, *read), keep_targets=only is not None)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
     finally:
         emitter.close()
     plan = result.plan
+    _report(result.warnings)
+    if base is not None:
+        from compiler import incremental
+
+        for line in incremental.survivor_cost(plan, result.fresh_goodput):
+            sys.stderr.write(line + "\n")
     from compiler.preflight import notices
 
     for notice in notices(plan):
@@ -174,7 +194,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
-          f"goodput {plan.solver.objective:g} requests/s")
+          f"goodput {plan.predicted.requests_per_s:g} requests/s")
     if base is not None:
         from compiler import incremental
 
@@ -202,36 +222,59 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 def cmd_predict(args: argparse.Namespace) -> int:
     try:
-        p = None if args.plot else _predict_pinned(Path(args.deployment))
-        if p is None:
+        pinned, systems = (None, []) if args.plot else _predict_pinned(Path(args.deployment),
+                                                                         args.kernels)
+        if pinned is None:
             from compiler import api
 
             result = _with_progress("predicting", lambda: api.compile(
-                Path(args.deployment), ("report",) if args.plot else ()))
+                Path(args.deployment), ("report",) if args.plot else (),
+                kernels=args.kernels))
             if args.plot:
                 files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
                                          "--plot", result.input_files)
-            p = result.plan.predicted
+            pinned = result.plan.predicted, result.warnings
+            systems = [h.system for h in result.plan.fleet]
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = p.model_dump(mode="json")
+    _report(pinned[1])
+    p = {**pinned[0].model_dump(mode="json"), "kernels": _kernels_used(systems, args.kernels)}
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve", "balance"):
+        if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    k = p["kernels"]
+    what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
+    for c in k["calibration"]:
+        print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
     return 0
 
 
-def _predict_pinned(path: Path) -> dict | None:
-    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py)."""
-    from compiler.pinned import predict_pinned
+def _predict_pinned(path: Path, kernels: str) -> tuple:
+    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py):
+    ((the prediction, its warnings) or None, the systems it is of)."""
+    from compiler.load import load_inputs
+    from compiler.pinned import predict_loaded
 
-    return predict_pinned(path)
+    inputs = load_inputs(path, kernels)
+    return predict_loaded(inputs), [inputs.system.name]
+
+
+def _kernels_used(systems: list[str], kernels: str) -> dict:
+    """Whose measured kernels a prediction used: the calibration file of each system and
+    what its curves were fitted to."""
+    from compiler import catalog
+
+    return {"engine": kernels, "deployed": kernels == catalog.DEPLOYED_KERNELS,
+            "calibration": [{"system": s, "file": catalog.kernels_path(s, kernels).name,
+                             "source": (catalog.calibration(s, kernels) or {}).get(
+                                 "source", "none: datasheet peaks (assumed)")}
+                            for s in dict.fromkeys(systems)]}
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -284,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("config")
     imp.add_argument("-o", "--output")
     imp.add_argument("--name", help="metadata.name of the model (default: from the config)")
+    imp.add_argument("--hf-id", help="the Hugging Face repository vLLM downloads the weights "
+                                     "from, OWNER/NAME (default: the config's _name_or_path; "
+                                     "required when that is absent or a local folder)")
     imp.set_defaults(run=cmd_import_hf)
 
     comp = sub.add_parser("compile", help="solve, place, predict and emit every target")
@@ -301,12 +347,18 @@ def build_parser() -> argparse.ArgumentParser:
                            "their ids and GPUs; print what stops, starts and moves")
     comp.add_argument("--unavailable", metavar="ID[,ID...]",
                       help="failed GPUs (r0-t07-g2), trays (r0-t07) or racks (r3)")
+    comp.add_argument("--restore", metavar="ID[,ID...]",
+                      help="with --from: GPUs, trays or racks the old plan had down that are "
+                           "repaired (running instances stay where they are)")
     comp.set_defaults(run=cmd_compile)
 
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
     pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.add_argument("--kernels", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                      help="predict with this engine's measured kernels (a what-if for "
+                           "results measured on SGLang or TRT-LLM; the bundle runs vLLM)")
     pred.set_defaults(run=cmd_predict)
 
     exp = sub.add_parser("explain", help="why a decision in a plan was made")
@@ -323,22 +375,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminated(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds like ^C: staging folders are removed, OUT is untouched
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
-    signal.signal(signal.SIGTERM, _terminated)
+    interrupts.install()  # ^C and SIGTERM unwind: staging is removed, OUT is untouched
     try:
+        args = build_parser().parse_args(argv)
+        run: Callable[[argparse.Namespace], int] = args.run
         return run(args)
     except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        sys.stderr.write("rackc: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        sys.stderr.write("rackc: interrupted; nothing was written\n")
+        return exc.exit_code if isinstance(exc, interrupts.Interrupted) else EXIT_INTERRUPTED
     except Exception:  # a bug, not bad input: show where, and say so
         traceback.print_exc()
         sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "

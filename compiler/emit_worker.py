@@ -32,7 +32,8 @@ def _die_with(parent: int) -> None:
 
 def _serve(conn: Connection, parent: int) -> None:
     _die_with(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt does
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the parent decides what they do, and
+        signal.signal(signum, signal.SIG_IGN)  # the kernel ends the child with the parent
     from matplotlib.figure import Figure  # noqa: F401  (the report target plots with it)
 
     from compiler.targets_registry import targets
