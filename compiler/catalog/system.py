@@ -47,6 +47,9 @@ class Gpu(_Strict):
     tflops: Tflops
     nvlink_gbytes_per_s: Sourced = Field(description="Per direction")
     c2c_gbytes_per_s: Sourced = Field(description="GPU to its CPU, per direction")
+    exp_tera_per_s: Sourced = Field(
+        description="Exponentials per second (10^12) the special function units compute "
+                    "(MUFU.EX2, softmax)")
     power_w: Sourced
 
 

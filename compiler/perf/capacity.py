@@ -117,7 +117,8 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
 
     def ttft(rho: float, q: float) -> float:
-        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us)
+        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us,
+                               isl=w.isl)
 
     utilisation = _utilisation_for_ttft(inputs, ttft)
     reach = (("ttft_ms_p50", ttft(0.0, 0.5) / 1e3), ("ttft_ms_p90", ttft(0.0, 0.9) / 1e3))

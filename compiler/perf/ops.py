@@ -277,14 +277,25 @@ class OpModel:
         `topk` caps the attended tokens, the indexer is costed by `indexer`)."""
         work = attn_decode_work(dtype, batch, q_heads, kv_heads, head_dim, kv_len, q_len,
                                 v_head_dim, topk)
-        return self.time_us("attn_decode", dtype, work, placement)
+        attended = min(kv_len, topk) if topk else kv_len
+        return self.softmax_bound(self.time_us("attn_decode", dtype, work, placement),
+                                  batch * q_len * q_heads * attended)
 
     def attn_prefill(self, dtype: str, seq_len: int, q_heads: int, kv_heads: int, head_dim: int,
                      causal: bool = True, kv_len: int = 0, v_head_dim: int | None = None) -> float:
         """`seq_len` new tokens attending themselves (causal) plus `kv_len` cached tokens."""
         work = attn_prefill_work(dtype, seq_len, q_heads, kv_heads, head_dim, causal, kv_len,
                                  v_head_dim)
-        return self.time_us("attn_prefill", dtype, work)
+        pairs = seq_len * kv_len + (seq_len * (seq_len + 1) / 2 if causal else seq_len ** 2)
+        return self.softmax_bound(self.time_us("attn_prefill", dtype, work), q_heads * pairs)
+
+    def softmax_bound(self, t_us: float, exps: float) -> float:
+        """An attention kernel computes one exponential per (query head, query, key) scored
+        and overlaps them with its matrix products (FlashAttention-3's ping-pong softmax), so
+        it lasts at least as long as the special function units need for them: a bound that
+        binds at short head dims, low-precision products or many query heads per KV read
+        (MLA decode with speculative tokens), and that Blackwell Ultra and Rubin relax."""
+        return max(t_us, exps / (self.system.gpu.exp_tera_per_s.value * 1e6))
 
     def indexer(self, dtype: str, batch: int, q_len: int, heads: int, head_dim: int,
                 kv_len: int, placement: str = "interleaved") -> float:

@@ -12,6 +12,7 @@ from compiler.load import Inputs, layout
 from compiler.memory import all2all_of, gpu_budget, offload_gib
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
+    UNBOUNDED_CONCURRENCY,
     Group,
     Prediction,
     Workload,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
 MAX_DECODE_BATCH = 1024  # assumed: beyond this vLLM's scheduler and graphs stop paying off
-UNBOUNDED_CONCURRENCY = 1e9  # throughput mode without a stated concurrency: demand unbounded
 
 
 @dataclass(frozen=True)

@@ -65,27 +65,47 @@ def rank_imbalance(copies: float, ranks: int) -> float:
     return _rank_imbalance(max(1, round(copies)), ranks)
 
 
-def busiest_of_poisson(mean: float, ranks: int) -> float:
-    """E[max] over `ranks` independent Poisson(`mean`) counts, over `mean`: how much longer
-    the busiest of ranks that synchronise every step works than the average one."""
-    if ranks <= 1 or mean <= 0:
+def busiest_of_capped(demand: float, cap: int, ranks: int) -> float:
+    """How much longer the busiest of `ranks` data-parallel ranks works in a step than the
+    average one, when each rank takes at most `cap` pieces of work per step (prompt chunks
+    within its token budget) and holds `demand` pieces per step on average. A rank's backlog
+    is taken as Poisson(m), m solved so that E[min(K, cap)] = demand, and it works
+    min(K, cap); E[max] over the ranks over the mean. Ranks that all fill their budget
+    (demand at the cap) lose nothing; a light load tends to E[max]/mean of Poisson counts."""
+    if ranks <= 1 or demand <= 0:
         return 1.0
-    return _busiest_of_poisson(round(mean * 1000), ranks)
+    cap = max(1, int(cap))
+    if demand >= cap:
+        return 1.0
+    return _busiest_of_capped(round(demand * 1000), cap, ranks)
+
+
+def _capped_sums(m: float, cap: int, ranks: int) -> tuple[float, float]:
+    """(E[min(K, cap)], E[max over ranks of min(K, cap)]) for K ~ Poisson(m)."""
+    term = cdf = math.exp(-m)
+    mean = busiest = 0.0
+    last = min(cap, int(m + SPAN_SIGMAS * math.sqrt(m)) + 12)  # P(K > k) ~ 0 beyond
+    for k in range(last):  # E[min(K, c)] = sum_{k < c} P(K > k)
+        f = min(1.0, cdf)
+        mean += 1.0 - f
+        busiest += 1.0 - f ** ranks
+        term *= m / (k + 1)
+        cdf += term
+    return mean, busiest
 
 
 @functools.lru_cache(maxsize=4096)
-def _busiest_of_poisson(mean_milli: int, ranks: int) -> float:
-    lam = max(mean_milli, 1) / 1000
-    if lam > NORMAL_FROM_MEAN:
-        return 1.0 + _normal_max(ranks) / math.sqrt(lam)
-    hi = int(lam + SPAN_SIGMAS * math.sqrt(lam)) + 12
-    term = cdf = math.exp(-lam)
-    expected_max = 0.0
-    for k in range(hi + 1):  # E[max] = sum_k P(max > k)
-        expected_max += 1.0 - min(1.0, cdf) ** ranks
-        term *= lam / (k + 1)
-        cdf += term
-    return max(1.0, expected_max / lam)
+def _busiest_of_capped(demand_milli: int, cap: int, ranks: int) -> float:
+    demand = demand_milli / 1000
+    lo, hi = 0.0, max(4.0 * cap, demand + SPAN_SIGMAS * math.sqrt(cap) + cap)
+    if demand > NORMAL_FROM_MEAN:  # many pieces per step: the normal limit, capped
+        sd = math.sqrt(demand)
+        return min(1.0 + _normal_max(ranks) * sd / demand, cap / demand)
+    for _ in range(60):  # E[min(K, cap)] grows with m
+        m = (lo + hi) / 2
+        lo, hi = (m, hi) if _capped_sums(m, cap, ranks)[0] < demand else (lo, m)
+    mean, busiest = _capped_sums((lo + hi) / 2, cap, ranks)
+    return max(1.0, busiest / max(mean, 1e-12))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -4,6 +4,14 @@ Closed loop: `concurrency` requests are in flight; each waits for prefill (queue
 prefill ranks), moves its KV to a decode rank, then decodes `osl` tokens at the per-user rate
 of its decode batch. The request rate, decode batch and prefill utilisation are solved as one
 fixed point. Aggregated instances interleave prefill chunks with decode steps.
+
+TTFT follows the client of a fixed-concurrency benchmark: each of the clients sends its next
+request when its last one finishes. With equal lengths the requests prefilled in one step
+decode together and come back together, so a rank's clients arrive as a burst and are
+prefilled together (one step of all their tokens, up to the budget); a spread of lengths
+de-synchronises them (`arrival_sync`), and the de-synchronised part queues as before. A
+prompt is costed at the token count of the step it is prefilled in, not at a full chunk's
+efficiency, and the engine's per-request work (`request_overhead_us`) comes on top.
 """
 
 import math
@@ -17,6 +25,12 @@ from compiler.shapes import Shape
 Z90 = 1.2816  # standard normal 90th percentile
 MAX_UTILISATION = 0.95  # prefill ranks are never planned beyond this utilisation
 SETTLED = 1e-6  # fixed points stop when rate and batch move by less than this share
+# What the engine adds to a request's first token besides prefill (no public measurement of
+# vLLM 0.33 / Dynamo 1.6.1 at this granularity; benchmarks/README.md lists them):
+REQUEST_OVERHEAD_US = 3000.0  # assumed: HTTP in, the frontend's preprocessing and routing, the
+# engine core's scheduling of the request, the first token's detokenisation and SSE write
+TOKENISE_US_PER_TOKEN = 1.0  # assumed: a fast (Rust) tokenizer at ~1M tokens/s on one core
+UNBOUNDED_CONCURRENCY = 1e9  # throughput mode without a stated concurrency: demand unbounded
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,12 @@ class Workload:
     prefix_reuse: float
     shared_prefix_tokens: float
     sessions: float
+
+    @property
+    def closed_loop(self) -> bool:
+        """A stated number of clients, each sending its next request when its last one ends;
+        without one (unbounded demand, admitted at the goodput) arrivals are independent."""
+        return self.concurrency < UNBOUNDED_CONCURRENCY
 
 
 @dataclass(frozen=True)
@@ -81,8 +101,8 @@ def _decode_time(g: Group, batch: float, kv_len: float) -> StepTime:
     return decode_step(g.ctx, g.shape, max(batch, 1e-3), kv_len)
 
 
-def _prefill_time(g: Group, new: float, cached: float) -> StepTime:
-    return prefill_step(g.ctx, g.shape, g.max_batched_tokens, max(1.0, new), cached)
+def _prefill_time(g: Group, tokens: int, new: float, cached: float) -> StepTime:
+    return prefill_step(g.ctx, g.shape, tokens, max(1.0, new), cached)
 
 
 def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) -> float:
@@ -93,19 +113,53 @@ def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) ->
 
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
-            rho: float, q: float, fill_us: float = 0.0, max_wait_us: float = math.inf) -> float:
+            rho: float, q: float, fill_us: float = 0.0, max_wait_us: float = math.inf,
+            own_us: float | None = None, sync: float = 0.0, isl: float | None = None,
+            cycle_floor_us: float = 0.0) -> float:
     """Time to first token at quantile q: the request's prefill chunks (a long prompt at the
-    P90 of lengths needs more), the KV hand-off, and waiting at a prefill rank. Through
-    pipeline stages the chunks follow each other one slowest stage (`chunk_us`) apart and the
-    last one still passes the other stages (`fill_us`): n chunks take (n + pp - 1) stage
-    turns where stages are equal, so a prompt shorter than pp chunks leaves stages idle.
-    The queue's unit of service is a request's hold on the rank: its chunks (vLLM schedules
-    prompts first come, first served), at least one step; a closed loop of clients bounds the
-    wait (`max_wait_us`)."""
+    P90 of lengths needs more), the KV hand-off, waiting at a prefill rank and the engine's
+    per-request work. Through pipeline stages the chunks follow each other one slowest stage
+    (`chunk_us`) apart and the last one still passes the other stages (`fill_us`): n chunks
+    take (n + pp - 1) stage turns where stages are equal, so a prompt shorter than pp chunks
+    leaves stages idle. `own_us`: the request's prefill (at quantile q's length) at the size
+    of the step it shares with the prompts that arrive with it (default: its chunks' share of
+    full chunks, at least one). The queue's unit of
+    service is a request's hold on the rank: its chunks (vLLM schedules prompts first come,
+    first served), at least one step; a closed loop of clients bounds the wait
+    (`max_wait_us`), and its synchronised share waits as `closed_loop_wait` says."""
     spread = 1 + (Z90 * isl_cv if q > 0.5 else 0.0)
-    service = request_hold_us(chunk_us, chunk_tokens, new * spread) + fill_us
     hold = request_hold_us(chunk_us, chunk_tokens, new)
-    return service + transfer_us + min(queue_wait(rho, hold, q), max_wait_us)
+    own = request_hold_us(chunk_us, chunk_tokens, new * spread) if own_us is None else own_us
+    wait = closed_loop_wait(own, cycle_floor_us, sync,
+                            min(queue_wait(rho, hold, q), max_wait_us))
+    return own + fill_us + transfer_us + wait + request_overhead_us(new if isl is None else isl)
+
+
+def request_overhead_us(isl: float) -> float:
+    """The engine's work on a request outside the GPU steps before its first token arrives:
+    the fixed part (HTTP, routing, scheduling, detokenising and sending the token) and
+    tokenising the whole prompt (cached prefix included)."""
+    return REQUEST_OVERHEAD_US + TOKENISE_US_PER_TOKEN * max(0.0, isl)
+
+
+def arrival_sync(service_us: float, cycle_sd_us: float, closed_loop: bool = True) -> float:
+    """Share of a rank's other clients whose prompts arrive within one prefill of a request's
+    own. Requests prefilled together decode together and come back together when their
+    lengths are equal (share 1); with a spread of lengths a group comes back over a window of
+    sqrt(12) standard deviations of its cycle time (the width of a uniform spread with that
+    deviation), of which one prefill catches `service_us` / window. Independent arrivals
+    (no closed loop) are not synchronised."""
+    if not closed_loop:
+        return 0.0
+    window = math.sqrt(12.0) * cycle_sd_us
+    return 1.0 if window <= service_us else service_us / window
+
+
+def co_batched_tokens(clients_per_rank: float, new: float, budget: int, sync: float) -> float:
+    """Prompt tokens in the step that prefills a request: its own (up to the token budget)
+    and those of the rank's other clients that arrive with it."""
+    others = max(0.0, clients_per_rank - 1.0) * sync
+    return min(float(budget), max(1.0, new) * (1.0 + others))
 
 
 def request_hold_us(chunk_us: float, chunk_tokens: int, new: float) -> float:
@@ -123,6 +177,47 @@ def queue_wait(rho: float, service_us: float, q: float) -> float:
     return service_us * math.log(rho / (1 - q)) / (1 - rho)
 
 
+class _PrefillAt:
+    """Prefill steps of one group at the token count they really hold (memoised to three
+    significant digits, so a fixed point does not recompute them; a full chunk exactly, as
+    the solver's candidates cost it)."""
+
+    def __init__(self, g: Group, new: float, cached: float, chunk_us: float):
+        self.g, self.new, self.cached = g, new, cached
+        self.seen: dict[int, float] = {}
+        self.chunk_us = chunk_us
+
+    def step_us(self, tokens: float) -> float:
+        if tokens == self.g.max_batched_tokens:
+            return self.chunk_us
+        key = max(1, int(float(f"{max(1.0, tokens):.3g}")))
+        if key not in self.seen:
+            self.seen[key] = _prefill_time(self.g, key, self.new, self.cached).us
+        return self.seen[key]
+
+    def per_token_us(self, tokens: float) -> float:
+        return self.step_us(tokens) / max(1.0, tokens)
+
+    def own_us(self, tokens: float, new: float | None = None) -> float:
+        """A prompt's own prefill (`new` tokens, default the group's) when each of its steps
+        holds `tokens` prompt tokens: one step when it shares it, its chunks' steps when it
+        is longer than a step."""
+        new = self.new if new is None else new
+        return self.step_us(tokens) * max(1.0, new / max(1.0, tokens))
+
+
+def closed_loop_wait(own_us: float, cycle_floor_us: float, sync: float,
+                     queue_us: float) -> float:
+    """A request's wait before its own prefill: the de-synchronised share of arrivals
+    (1 - `sync`) finds the rank busy as a queue would (`queue_us`); the synchronised share is
+    prefilled with its burst and waits only where the burst cannot come back sooner than its
+    rank prefills them all (in a closed loop each client's cycle, TTFT + decode, is at least
+    the rank's prompt work for every client once: `cycle_floor_us`), at most as long as the
+    queue would hold it (the floor binds near saturation)."""
+    burst = min(max(0.0, cycle_floor_us - own_us), queue_us)
+    return (1.0 - sync) * queue_us + sync * burst
+
+
 @dataclass(frozen=True)
 class _State:
     rate: float  # requests per microsecond, whole deployment
@@ -137,7 +232,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     ctx = decode[0].ctx
     kv_len = w.isl + w.osl / 2
     cached, new = w.isl * hit, w.isl * (1 - hit)
-    p_steps = {id(g): _prefill_time(g, new, cached) for g in prefill}
+    p_steps = {id(g): _prefill_time(g, g.max_batched_tokens, new, cached) for g in prefill}
     p_cap = sum(g.ranks * g.max_batched_tokens / p_steps[id(g)].us for g in prefill)  # tok/us
     d_ranks = sum(g.ranks for g in decode)
     max_slots = sum(g.ranks * g.max_batch for g in decode)
@@ -153,16 +248,27 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
 
     p_ranks = sum(g.ranks for g in prefill)
+    # the clients that cycle through a prefill rank: at most what decode holds at once
+    clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
+    at_size = _PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us)
 
-    def ttft(rate: float, q: float) -> float:
+    def ttft(rate: float, q: float, decode_us: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
         g = prefill[0]
         step = p_steps[id(g)]
+        hold = request_hold_us(step.us, g.max_batched_tokens, new)
         # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
-        ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) \
-            * request_hold_us(step.us, g.max_batched_tokens, new)
+        ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) * hold
+        alone = at_size.own_us(min(new, g.max_batched_tokens))
+        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
+                            w.closed_loop)
+        tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
+        floor = at_size.per_token_us(tokens) * new * clients - decode_us
+        # a prompt at quantile q's length, in a step with the others that arrive with it
+        mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
+        size = min(g.max_batched_tokens, max(tokens, mine))
         return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
-                       step.fill_us, ahead)
+                       step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
@@ -170,7 +276,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         decode_us = decode_steps(w, ctx) * step_us
         slots = max_slots / decode_us if decode_us > 0 else float("inf")
         cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
-        rate = min(w.concurrency / (ttft(state.rate, 0.5) + decode_us), cap)
+        rate = min(w.concurrency / (ttft(state.rate, 0.5, decode_us) + decode_us), cap)
         top = max(g.max_batch for g in decode)
         batch = min(rate * decode_us / max(d_ranks, 1), top)
         # a batch held at its limit is taken as is (no damping): its step is then reused
@@ -182,7 +288,9 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         state = nxt
     _, steps = decode_at(state.batch)
     slowest = max(steps.values(), key=lambda st: st.us)
-    return _finish(w, state, slowest, ttft(state.rate, 0.5), ttft(state.rate, 0.9), hit,
+    decode_us = decode_steps(w, ctx) * slowest.us
+    return _finish(w, state, slowest, ttft(state.rate, 0.5, decode_us),
+                   ttft(state.rate, 0.9, decode_us), hit,
                    power_w, total_gpus, ctx,
                    [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
                    + [_prefill_row(g, p_steps[id(g)], new) for g in prefill],
@@ -204,13 +312,15 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
     cached, new = w.isl * hit, w.isl * (1 - hit)
     ranks = sum(x.ranks for x in groups)
     kv_len = w.isl + w.osl / 2
-    chunk = _prefill_time(g, new, cached)
+    chunk = _prefill_time(g, g.max_batched_tokens, new, cached)
     per_token = chunk.us / g.max_batched_tokens  # us of a rank per prompt token in a chunk
     # with data-parallel attention the ranks meet at every MoE layer, so a step lasts as long
     # as its busiest rank's prompt chunks; only the expert GEMMs are shared out evenly
     spread = chunk.breakdown.get("moe_experts", 0.0) / g.max_batched_tokens \
         if g.shape.dp > 1 else per_token
     steps = decode_steps(w, ctx)
+    clients = min(w.concurrency / ranks, g.max_batch)  # at most what a rank decodes at once
+    at_size = _PrefillAt(g, new, cached, chunk.us)
 
     def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
         """(mixed step as a decoding user sees it, decode us per request, TTFT P50, TTFT P90,
@@ -218,10 +328,16 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         shared = _decode_share(g, s.batch, kv_len)
         budget = max(1.0, g.max_batched_tokens - s.batch * (1 + ctx.draft_tokens))
         mean_busy = min(s.rate * new * per_token, MAX_UTILISATION)
-        # chunks per rank per step; a step that carries a chunk lasts at least that chunk
+        # prompt pieces (a prompt, or a budget's share of a longer one) per rank per step:
+        # those that arrive during a step (a step that carries a chunk lasts at least that
+        # chunk) and the backlog a busy rank builds (M/D/1's mean queue, rho^2 / 2(1 - rho)),
+        # at most `per_step` within the budget: ranks that all fill their budget wait for
+        # nobody, a light load waits for its busiest rank
         step_us = max(shared.us / (1 - mean_busy), min(new, budget) * per_token)
-        chunks = s.rate * step_us * math.ceil(max(new, 1.0) / budget)
-        busiest = routing.busiest_of_poisson(chunks, g.shape.dp)
+        backlog = mean_busy ** 2 / (2 * (1 - mean_busy))
+        pieces = s.rate * step_us * math.ceil(max(new, 1.0) / budget) + backlog
+        per_step = int(budget // max(1.0, min(new, budget)))
+        busiest = routing.busiest_of_capped(pieces, per_step, g.shape.dp)
         cost = spread + (per_token - spread) * busiest  # us of a step per prompt token
         busy = min(s.rate * new * cost, MAX_UTILISATION)  # share of time prefilling
         step = _decode_time(g, max(s.batch, 1.0), kv_len)
@@ -230,15 +346,32 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         capacity = budget / (shared.us + budget * cost)  # prompt tokens per us
         rho = s.rate * new / capacity
         limit = MAX_UTILISATION * capacity / max(new, 1.0)
+        decode_us = steps * step.us
 
-        def service(tokens: float) -> float:
-            return math.ceil(max(tokens, 1.0) / budget) * shared.us + tokens * per_token
+        def service(tokens: float, step_tokens: float) -> float:
+            """Mixed steps of a prompt of `tokens` whose steps each hold `step_tokens` prompt
+            tokens, costed at that count (a lone short prompt is not a full chunk)."""
+            size = min(step_tokens, budget)
+            return math.ceil(max(tokens, 1.0) / budget) * shared.us \
+                + max(tokens, size) * at_size.per_token_us(size)
 
-        s50, s90 = service(new), service(new * (1 + Z90 * w.isl_cv))
-        ahead = max(0.0, w.concurrency - 1) / ranks * s50  # a closed loop queues no more
-        ttft50 = s50 + min(queue_wait(rho, s50, 0.5), ahead)
-        ttft90 = s90 + min(queue_wait(rho, s50, 0.9), ahead)
-        return step, steps * step.us, ttft50, ttft90, rho, limit
+        alone = service(new, new)
+        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
+                            w.closed_loop)
+        size = co_batched_tokens(clients, new, budget, sync)
+        hold = service(new, budget)
+        ahead = max(0.0, w.concurrency - 1) / ranks * hold  # a closed loop queues no more
+        extra = request_overhead_us(w.isl)
+
+        def ttft(q: float) -> float:
+            mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))  # quantile q's prompt
+            own = service(mine, max(size, mine))
+            wait = closed_loop_wait(service(new, size), service(new * clients, size)
+                                    - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
+            return own + wait + extra
+
+        ttft50, ttft90 = ttft(0.5), ttft(0.9)
+        return step, decode_us, ttft50, ttft90, rho, limit
 
     state = _State(rate=0.0, batch=min(w.concurrency / ranks, g.max_batch))
     for _ in range(80):

@@ -6,8 +6,10 @@ of m racks gets one integer per *pattern* (how many whole-tray instances of each
 holds) saying how many of its racks use that pattern: exact, without symmetry between racks,
 and of a size that does not grow with m. A rack touched by an `unavailable` entry is a class of
 its own with direct counts, since which of its trays are free follows the requirement literals.
-Sub-tray instances fill what is left (whole free trays, and aligned free pairs of partly
-available trays), summed over the fleet: they live inside one tray, hence one domain.
+Sub-tray instances fill what is left (whole free trays, and the aligned free blocks of partly
+available trays), summed over the fleet: they live inside one tray, hence one domain. For each
+sub-tray size s, the instances of s GPUs or more fit the free aligned s-blocks (one instance of
+g >= s GPUs covers g / s of them).
 """
 
 from collections.abc import Sequence
@@ -42,9 +44,11 @@ def down_gpus(p: Problem) -> set[str]:
     return down | p.occupied
 
 
-def _aligned_pairs_free(gpus: Sequence[str], down: set[str]) -> int:
-    return sum(1 for a, b in zip(gpus[::2], gpus[1::2], strict=False)
-               if a not in down and b not in down)
+def _aligned_blocks_free(gpus: Sequence[str], down: set[str], size: int) -> int:
+    """Aligned blocks of `size` GPUs of a tray with none of them down (a sub-tray instance
+    takes one such block: compiler/solve/place.py)."""
+    return sum(1 for k in range(0, len(gpus) - size + 1, size)
+               if not down.intersection(gpus[k:k + size]))
 
 
 def touched(p: Problem, d: Domain, down: set[str]) -> bool:
@@ -82,7 +86,9 @@ def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
             classes.setdefault(len(d.trays), []).append(d)
     cap = Capacity(whole, [], {})
     placed = {j: [] for j in whole}
-    sub_room = []
+    sub = [j for j, it in enumerate(items) if not it.trays]
+    sizes_sub = sorted({items[j].gpus for j in sub})
+    sub_room: dict[int, list] = {size: [] for size in sizes_sub}
     for ntrays, doms in sorted(classes.items()):
         pats = patterns(ntrays, sizes)
         if len(doms) == 1 or len(pats) > MAX_PATTERNS:
@@ -93,8 +99,9 @@ def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
         m.add(sum(y for _, y in ys) == len(doms))
         for col, j in enumerate(whole):
             placed[j] += [a[col] * y for a, y in ys if a[col]]
-        sub_room += [per * (ntrays - sum(x * s for x, s in zip(a, sizes, strict=True))) * y
-                     for a, y in ys]
+        for size in sizes_sub:
+            sub_room[size] += [per * (ntrays - sum(x * s for x, s in zip(a, sizes, strict=True)))
+                               * y for a, y in ys]
         cap.patterns.append((tuple(doms), ys))
     for d in sorted(direct_domains, key=lambda d: p.domains.index(d)):
         free = [tray_free.get(t, 1) for t in d.trays]
@@ -104,14 +111,16 @@ def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
         m.add(used <= sum(free))
         for j in whole:
             placed[j].append(here[j])
-        partial = [(1 - f) * 2 * _aligned_pairs_free(p.gpus_of(t), down)
-                   for t, f in zip(d.trays, free, strict=True) if t in tray_free]
-        sub_room.append(per * (sum(free) - used) + sum(partial))
+        for size in sizes_sub:
+            partial = [(1 - f) * size * _aligned_blocks_free(p.gpus_of(t), down, size)
+                       for t, f in zip(d.trays, free, strict=True) if t in tray_free]
+            sub_room[size].append(per * (sum(free) - used) + sum(partial))
         cap.direct[d.id] = here
     for j in whole:
         m.add(counts[j] == sum(placed[j]))
-    sub = [j for j, it in enumerate(items) if not it.trays]
-    m.add(sum(counts[j] * items[j].gpus for j in sub) <= sum(sub_room))
+    for size in sizes_sub:
+        m.add(sum(counts[j] * items[j].gpus for j in sub if items[j].gpus >= size)
+              <= sum(sub_room[size]))
     return cap
 
 
@@ -130,24 +139,28 @@ def split(p: Problem, items: Sequence[Item], totals: Sequence[int], cap: Capacit
                 out[d.id] = {j: x for j, x in zip(cap.whole, a, strict=True) if x}
     for dom, here in cap.direct.items():
         out[dom] = {j: int(s.value(x)) for j, x in here.items() if s.value(x)}
-    left = {}
+    # each domain's room for sub-tray instances: its free trays that whole-tray instances
+    # left, and the free GPUs of its partly available trays; filled largest first, each
+    # instance in the first aligned block that is free (as compiler/solve/place.py takes them)
+    room: dict[str, list[list[bool]]] = {}
     for d in p.domains:
-        gpus = [g for t in d.trays for g in p.gpus_of(t)]
-        free_trays = sum(1 for t in d.trays if not down.intersection(p.gpus_of(t)))
+        full = [t for t in d.trays if not down.intersection(p.gpus_of(t))]
         whole = sum(items[j].trays * n for j, n in out[d.id].items())
-        partial = sum(2 * _aligned_pairs_free(p.gpus_of(t), down) for t in d.trays
-                      if down.intersection(p.gpus_of(t)))
-        left[d.id] = per * (free_trays - whole) + partial if gpus else 0
+        trays = [[True] * per for _ in full[whole:]]
+        trays += [[g not in down for g in p.gpus_of(t)] for t in d.trays
+                  if down.intersection(p.gpus_of(t))]
+        room[d.id] = trays
     sub = sorted((j for j, it in enumerate(items) if not it.trays),
                  key=lambda j: (-items[j].gpus, j))
     for j in sub:
-        need = totals[j]
+        need, size = totals[j], items[j].gpus
         for d in p.domains:
-            take = min(need, left[d.id] // items[j].gpus)
-            if take:
-                out[d.id][j] = out[d.id].get(j, 0) + take
-                left[d.id] -= take * items[j].gpus
-                need -= take
+            for tray in room[d.id]:
+                for k in range(0, len(tray) - size + 1, size):
+                    if need and all(tray[k:k + size]):
+                        tray[k:k + size] = [False] * size
+                        out[d.id][j] = out[d.id].get(j, 0) + 1
+                        need -= 1
         if need:
             raise ValueError(f"sub-tray item {j}: {need} instances left without room")
     return out

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compiler.perf import routing
 from compiler.perf.routing import padded_rows, rank_imbalance
 
 
@@ -32,3 +33,20 @@ def test_padded_rows_bounds(t, tile):
     rows = padded_rows(t, tile)
     assert t <= rows + 1e-6 <= t + tile + 1e-6 or rows <= tile
     assert padded_rows(t * 1.1, tile) >= rows - 1e-6
+
+
+def test_full_budgets_are_balanced():
+    """Ranks that all fill their budget (demand at the cap) wait for nobody; the penalty
+    shrinks as the load nears the cap and grows with the ranks."""
+    assert routing.busiest_of_capped(4.0, 4, 8) == 1.0
+    assert routing.busiest_of_capped(0.0, 4, 8) == 1.0
+    assert routing.busiest_of_capped(2.0, 4, 1) == 1.0
+    light, heavy = (routing.busiest_of_capped(d, 4, 2) for d in (0.5, 3.8))
+    assert light > heavy > 1.0
+    assert routing.busiest_of_capped(2.0, 4, 16) > routing.busiest_of_capped(2.0, 4, 2)
+
+
+def test_a_light_load_is_poisson_busiest():
+    """Far below the cap the capped backlog is a plain Poisson count: E[max]/mean of two
+    Poisson(0.01) is about 2 (one rank has the lone prompt)."""
+    assert routing.busiest_of_capped(0.01, 64, 2) == pytest.approx(2.0, rel=0.02)

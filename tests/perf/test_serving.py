@@ -106,7 +106,8 @@ def test_a_long_prompt_queues_for_whole_prompts():
     prompt: the queue's unit is a request's hold on the rank, not one step."""
     one = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.8, 0.9)
     sixteen = serving.ttft_us(1000.0, 8192, 16 * 8192, 0.0, 0.0, 0.8, 0.9)
-    wait_one, wait_sixteen = one - 1000.0, sixteen - 16 * 1000.0
+    wait_one = one - 1000.0 - serving.request_overhead_us(8192)
+    wait_sixteen = sixteen - 16 * 1000.0 - serving.request_overhead_us(16 * 8192)
     assert wait_one > 0
     assert wait_sixteen == pytest.approx(16 * wait_one)
 
@@ -115,5 +116,61 @@ def test_a_closed_loop_bounds_the_prefill_wait():
     """No more than the other clients' prompts can be ahead: the wait is capped at it."""
     open_loop = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.95, 0.9)
     closed = serving.ttft_us(1000.0, 8192, 8192, 0.0, 0.0, 0.95, 0.9, max_wait_us=3000.0)
-    assert open_loop > 1000.0 + 3000.0
-    assert closed == pytest.approx(1000.0 + 3000.0)
+    extra = serving.request_overhead_us(8192)
+    assert open_loop > 1000.0 + 3000.0 + extra
+    assert closed == pytest.approx(1000.0 + 3000.0 + extra)
+
+
+EXAMPLE = [Layout("prefill", parse_shape("DEP8"), 1), Layout("decode", parse_shape("DEP8"), 1)]
+
+
+@pytest.mark.parametrize("layout", [AGG, EXAMPLE], ids=["aggregated", "disaggregated"])
+def test_equal_lengths_arrive_in_bursts(h200, layout):
+    """A fixed-concurrency client with equal lengths sends its prompts back together: they
+    are prefilled in one step of all their tokens, so TTFT grows with concurrency even far
+    from saturation; a length spread de-synchronises them and TTFT falls back."""
+    inputs, w = h200
+    w = replace(w, osl_cv=0.0)
+    lone = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=1))
+    burst = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=64))
+    spread = predict_layout(inputs, layout, replace(w, isl=1024, osl=1024, concurrency=64,
+                                                    osl_cv=0.5))
+    assert burst.ttft_ms_p50 > 1.5 * lone.ttft_ms_p50
+    assert lone.ttft_ms_p50 < spread.ttft_ms_p50 < burst.ttft_ms_p50
+
+
+def test_a_lone_short_prompt_is_costed_at_its_own_size(h200):
+    """One 256-token prompt alone runs a step of 256 tokens, less efficient per token than a
+    full chunk: its TTFT is more than its share of a full chunk's time plus the overheads."""
+    inputs, w = h200
+    short = replace(w, isl=256, osl=64, concurrency=1)
+    p = predict_layout(inputs, DISAGG, short)
+    chunk = p.instances[-1]
+    share_ms = chunk["prefill_step_us"] * 256 / chunk["chunk_tokens"] / 1e3
+    assert p.ttft_ms_p50 > share_ms + serving.request_overhead_us(256) / 1e3
+
+
+def test_request_overhead_grows_with_the_prompt():
+    assert serving.request_overhead_us(0) == serving.REQUEST_OVERHEAD_US
+    assert serving.request_overhead_us(8192) > serving.request_overhead_us(1024)
+
+
+def test_arrival_sync():
+    assert serving.arrival_sync(1000.0, 0.0) == 1.0
+    assert serving.arrival_sync(1000.0, 1e5) == pytest.approx(1000.0 / (12 ** 0.5 * 1e5))
+    assert serving.co_batched_tokens(8, 1024, 16384, 1.0) == 8192
+    assert serving.co_batched_tokens(64, 1024, 16384, 1.0) == 16384
+    assert serving.co_batched_tokens(8, 1024, 16384, 0.0) == 1024
+
+
+def test_saturated_data_parallel_prefill_loses_nothing_to_imbalance(h200):
+    """Prefill only (OSL 1) at a concurrency that keeps every DEP rank's budget full: the
+    ranks are equally loaded, so the aggregated rate is what the chunk time alone sustains
+    (within the utilisation cap), not a busiest-rank share less."""
+    inputs, w = h200
+    layout = [Layout("aggregated", parse_shape("DEP2"), 1, max_batched_tokens=16384)]
+    p = predict_layout(inputs, layout, replace(w, isl=4096, osl=1, concurrency=4096))
+    g = groups(inputs, layout, w)[0]
+    chunk_us = serving.prefill_step(g.ctx, g.shape, 16384, 4096, 0.0).us
+    alone = 2 * 16384 / chunk_us * 1e6 / 4096  # requests/s of two full ranks
+    assert p.requests_per_s > 0.9 * alone

@@ -249,6 +249,24 @@ def test_each_rack_is_placed_by_its_own_model(tmp_path: Path):
     assert all(r.status == "OPTIMAL" and r.gap == 0 for r in solves)
 
 
+def test_sub_tray_room_counts_single_free_gpus(tmp_path: Path):
+    """A tray with one GPU left still holds a one-GPU instance; a two-GPU one needs an aligned
+    free pair (7 of 8 unavailable used to count no room at all)."""
+    down = [f"r0-t00-g{i}" for i in range(1, 8)]
+    pin = {"mode": "pinned", "instances": [{"role": "aggregated", "shape": "TP1", "count": 1}]}
+    path = write_case(tmp_path / "one", system="hgx-h200", model="qwen3-32b", kind="Cluster",
+                      hardware={"nodes": 1, "unavailable": {"gpus": down}}, objective=pin)
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    sol = solve(inputs, g, precheck(inputs, g))
+    assert sol.gpus == [("r0-t00-g0",)]
+    two = {**pin, "instances": [{"role": "aggregated", "shape": "TP2", "count": 1}]}
+    apart = write_case(tmp_path / "apart", system="hgx-h200", model="qwen3-32b", kind="Cluster",
+                       hardware={"nodes": 1, "unavailable": {"gpus": [
+                           f"r0-t00-g{i}" for i in (1, 3, 4, 5, 6, 7)]}}, objective=two)
+    assert isinstance(solve_counts(_problem(apart)), list)  # g0 and g2 are no aligned pair
+
+
 def test_an_unreachable_slo_names_the_best_value_and_where(tmp_path: Path):
     path = write_case(tmp_path, hardware={"trays": 4}, slo={"tokens_per_s_per_user_p90": 9_999})
     inputs = load_inputs(path)
