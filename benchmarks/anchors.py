@@ -81,9 +81,8 @@ def predict(case: dict, kernels: str) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write(case, Path(tmp))
-        p = predict_pinned(path, kernels)
-        if p is None:  # pins that need the solver to be checked
-            p = api.compile(path, only=(), kernels=kernels).plan.predicted
+        found = predict_pinned(path, kernels)  # (prediction, warnings)
+        p = found[0] if found else api.compile(path, only=(), kernels=kernels).plan.predicted
     return {"ttft_ms": p.ttft_ms_p50, "tpot_ms": p.tpot_ms_p50}
 
 

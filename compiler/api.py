@@ -5,25 +5,25 @@ import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from compiler import arch, graph, incremental
-from compiler.balance import balance
-from compiler.emit_worker import EmitWorker
-from compiler.fleet import merge
+from compiler import arch, graph
 from compiler.graph import build_graph
-from compiler.load import Inputs, display_name, load_fleet
-from compiler.lower import lower
-from compiler.perf.predict import Layout, grouped_layouts, operating_point
+from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
 from compiler.precheck import precheck
-from compiler.solve import solve
-from compiler.targets_registry import targets
-from compiler.validate import rules
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.reading import FileProblem, read_regular
 from schemas.source import decode_utf8
+
+if TYPE_CHECKING:
+    from compiler.emit_worker import EmitWorker
+    from compiler.perf.predict import Layout
+
+# The solver (OR-Tools), the perf model, the emitters and the bundle rules are imported by the
+# functions that use them, so that `rackc check`, `explain` and `diff` load none of them.
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
               "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
@@ -105,6 +105,8 @@ def read_plan(path: Path) -> Plan:
 def diff_plans(a: Plan, b: Plan) -> list[str]:
     """Human-readable differences: instances matched by GPU set (stopped, started, moved,
     renamed or reconfigured), memory domains and metrics that changed."""
+    from compiler import incremental
+
     out = []
     same, stopped, started, moved = incremental.match(a, b)
     out += [f"- {x.id}: {x.shape} on {','.join(x.trays)}" for x in stopped]
@@ -146,25 +148,35 @@ class CompileResult:
     input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
     # `--from`: the goodput a fresh compile (free to move every instance) would reach
     fresh_goodput: float | None = None
+    warnings: tuple[Diagnostic, ...] = ()  # W510: SLOs the prediction misses
 
 
-def layouts(instances: list[Instance]) -> list[Layout]:
+def layouts(instances: list[Instance]) -> "list[Layout]":
     """Instances grouped by (role, shape, batch limits) for the perf model."""
+    from compiler.perf.predict import grouped_layouts
+
     return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
                            for i in instances)
 
 
-def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
-    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
-    plan's pool (its DRAM segments after the host budget)."""
+def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
+    """The layout's one prediction (compiler.prediction); the prefix cache is the plan's pool
+    (its DRAM segments after the host budget)."""
+    from compiler import prediction
+
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    return operating_point(inputs, layouts(plan.instances), goodput, pool)
+    return prediction.predict(inputs, layouts(plan.instances), available_gpus, pool)
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
           clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
+    from compiler import incremental
+    from compiler.balance import balance
+    from compiler.lower import lower
+    from compiler.solve import solve
+
     if base is not None or unavailable:
         inputs = incremental.with_failures(
             inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [],
@@ -185,12 +197,13 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
         sol = solve(inputs, g, pre)
     clock.setdefault("solved", time.perf_counter())
     draft = lower(inputs, g, sol)
-    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
-    metrics = predicted(inputs, draft, goodput)
-    if goodput is not None:
+    available = len(graph.available_gpus(g))
+    metrics = predicted(inputs, draft, available)
+    if sol.problem.mode != "pinned":
+        goodput = sol.counts.objective
         supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
         pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
-        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+        why = balance(inputs, draft.instances, supply, goodput, available,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
@@ -198,7 +211,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None, base: Plan | None = None,
+            emitter: "EmitWorker | None" = None, base: Plan | None = None,
             unavailable: str | None = None, restore: str | None = None,
             kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
@@ -208,6 +221,11 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     the old plan had down that are repaired; `kernels`: whose measured kernels the perf
     model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
+    from compiler import prediction
+    from compiler.fleet import merge
+    from compiler.targets_registry import targets
+    from compiler.validate import rules
+
     clock = {"start": time.perf_counter()}
     fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
@@ -217,9 +235,13 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
         plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
+        warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
     else:
-        plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
-        fresh = None
+        plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]
+        warnings = [d for inputs, p in zip(fleet, plans, strict=True)
+                    for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
+        plan, fresh = merge(fleet, plans), None
+    warnings += [d for group in fleet for d in invented_node_names(group)]
     inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:
@@ -237,4 +259,5 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
+                         tuple(warnings))

@@ -41,7 +41,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             _print_json(api.failed_check(exc))
         _report(exc.diagnostics)
         return exc.exit_code
+    warnings = _pinned_warnings(Path(args.deployment))
+    _report(warnings)
     if args.format == "json":
+        result["diagnostics"] += [d.to_dict() for d in warnings]
         _print_json(result)
         return 0
     print(f"ok: {result['system']}, {result['racks']} rack(s), {result['trays']} trays, "
@@ -57,6 +60,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                             if s["fits"])
             print(f"{f'{group}: ' if group else ''}{role} shapes that fit: {fit or 'none'}")
     return 0
+
+
+def _pinned_warnings(path: Path) -> list[Diagnostic]:
+    """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
+    `compile` report them; a layout the solver chooses is checked by `compile`."""
+    pinned, _ = _predict_pinned(path, "vllm")
+    return pinned[1] if pinned else []
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -77,7 +87,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 
     path = Path(args.config)
     try:
-        text = import_hf(path, display_name(path), args.name)
+        text = import_hf(path, display_name(path), args.name, args.hf_id)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -166,6 +176,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         emitter.close()
     plan = result.plan
+    _report(result.warnings)
     if base is not None:
         from compiler import incremental
 
@@ -183,7 +194,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
-          f"goodput {plan.solver.objective:g} requests/s")
+          f"goodput {plan.predicted.requests_per_s:g} requests/s")
     if base is not None:
         from compiler import incremental
 
@@ -211,9 +222,9 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 def cmd_predict(args: argparse.Namespace) -> int:
     try:
-        p, systems = (None, []) if args.plot else _predict_pinned(Path(args.deployment),
-                                                                    args.kernels)
-        if p is None:
+        pinned, systems = (None, []) if args.plot else _predict_pinned(Path(args.deployment),
+                                                                         args.kernels)
+        if pinned is None:
             from compiler import api
 
             result = _with_progress("predicting", lambda: api.compile(
@@ -222,16 +233,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if args.plot:
                 files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
                                          "--plot", result.input_files)
-            p, systems = result.plan.predicted, [h.system for h in result.plan.fleet]
+            pinned = result.plan.predicted, result.warnings
+            systems = [h.system for h in result.plan.fleet]
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = {**p.model_dump(mode="json"), "kernels": _kernels_used(systems, args.kernels)}
+    _report(pinned[1])
+    p = {**pinned[0].model_dump(mode="json"), "kernels": _kernels_used(systems, args.kernels)}
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve", "balance", "kernels"):
+        if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
@@ -244,7 +257,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _predict_pinned(path: Path, kernels: str) -> tuple:
     """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py):
-    (the prediction or None, the systems it is of)."""
+    ((the prediction, its warnings) or None, the systems it is of)."""
     from compiler.load import load_inputs
     from compiler.pinned import predict_loaded
 
@@ -314,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("config")
     imp.add_argument("-o", "--output")
     imp.add_argument("--name", help="metadata.name of the model (default: from the config)")
+    imp.add_argument("--hf-id", help="the Hugging Face repository vLLM downloads the weights "
+                                     "from, OWNER/NAME (default: the config's _name_or_path; "
+                                     "required when that is absent or a local folder)")
     imp.set_defaults(run=cmd_import_hf)
 
     comp = sub.add_parser("compile", help="solve, place, predict and emit every target")

@@ -75,7 +75,10 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                            key=lambda pod: pod.instance),
             "mooncake_segment_bytes": dict(sorted(
                 ((k, v) for p in renamed for k, v in p.site.mooncake_segment_bytes.items()),
-                key=lambda kv: _natural(kv[0])))}),
+                key=lambda kv: _natural(kv[0]))),
+            # one timeout for every engine: the slowest group's cold start
+            "model_cache": max((p.site.model_cache for p in renamed),
+                               key=lambda c: c.engine_ready_timeout_s)}),
     })
 
 
@@ -194,6 +197,7 @@ def _predicted(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Predicted | None
         requests_per_s=round(sum(rps), 4),
         prefill_utilisation=by_requests("prefill_utilisation"),
         curve=_curve(ps, gpus),
+        slo=[c for p in ps for c in p.slo],
     )
 
 

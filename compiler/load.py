@@ -370,6 +370,25 @@ def node_name(hw: RackV1 | ClusterV1, rack: int, tray: int, index: int) -> str:
     return spec.node_name_template.format(name=hw.metadata.name, rack=rack, tray=tray)
 
 
+def invented_node_names(inputs: "Inputs") -> list[Diagnostic]:
+    """W512 when the manifest names no Kubernetes nodes (neither `node_names` nor
+    `node_name_template`): the bundle pins pods to names rackc made up from the default
+    template, which a real cluster rarely has."""
+    src = inputs.sources["hardware"]
+    given = {("spec", "node_names"), ("spec", "node_name_template")}
+    if any(path[:2] in given for path in src.values):
+        return []
+    path = ("spec", "node_names")
+    pos = src.locate(("spec",))
+    example = node_name(inputs.hardware, 0, 0, 0)
+    return [Diagnostic(
+        "warning", "W512", src.file, pos.line, pos.column, format_path(path),
+        "the Kubernetes node name of each tray (node_names or node_name_template)",
+        f"neither: pods are pinned to names from the default template, e.g. {example!r}",
+        "list spec.node_names (one per tray) or set spec.node_name_template to your "
+        "cluster's naming before `kubectl apply`")]
+
+
 def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
                     src: SourceMap) -> list[Diagnostic]:
     if hw.spec.node_names is not None:

@@ -307,6 +307,15 @@ class PredictedGroup(Frozen):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class SloCheck(Frozen):
+    """One SLO of the deployment against the prediction (compiler/prediction.py)."""
+
+    field: str  # the deployment's field, e.g. slo.tokens_per_s_per_user_p90
+    target: float
+    predicted: float
+    met: bool
+
+
 class Predicted(Frozen):
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
@@ -324,6 +333,7 @@ class Predicted(Frozen):
     curve: list[CurvePoint]
     # why the counts (compiler/balance.py): the binding role, what spare instances buy
     balance: dict[str, str | int | float] | None = None
+    slo: list[SloCheck] = []  # each SLO the deployment states, met or missed
 
 
 class Decision(Frozen):

@@ -190,10 +190,11 @@ def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layo
 
 
 def operating_workload(inputs: Inputs) -> Workload:
-    """The workload at the operating point: in throughput mode without a stated concurrency
-    demand is unbounded (admission stops at the goodput)."""
+    """The workload at the operating point: without a stated concurrency, demand is unbounded
+    in throughput and pinned mode (admission stops at the layout's goodput, so a layout
+    predicts the same whichever mode chose it); latency mode keeps the profile's."""
     w = workload(inputs)
-    if inputs.deployment.spec.objective.mode == "throughput" and \
+    if inputs.deployment.spec.objective.mode != "latency" and \
             inputs.deployment.spec.workload.concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
     return w

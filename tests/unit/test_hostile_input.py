@@ -238,9 +238,11 @@ def test_over_long_perf_ops_line_is_never_held_whole():
 
 
 def test_hardware_too_small_for_both_roles_blames_the_count(tmp_path: Path):
-    """Not spec.system: the number of nodes the user wrote is what to change."""
+    """Not spec.system: the number of nodes the user wrote is what to change (one node holds
+    one aggregated DeepSeek-V3, not a prefill and a decode instance)."""
     path = write_case(tmp_path, system="hgx-h200", kind="Cluster", hardware={"nodes": 1},
-                      model="deepseek-v3", workload={"profile": "chat"})
+                      model="deepseek-v3", workload={"profile": "chat"},
+                      objective={"layout": "disaggregated"})
     with pytest.raises(CompileError) as info:
         api.compile(path, only=())
     d = info.value.diagnostics[0]

@@ -167,13 +167,13 @@ def test_without_the_extra_it_says_how_to_install_it(out, capsys, monkeypatch):
 def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypatch):
     """Every rule is enforced: a k8s target that put two channel-claiming prefill pods on each
     tray again would make compile refuse the bundle (exit 3) before anything is written."""
-    from compiler import api
+    from compiler import api, targets_registry
     from schemas.diagnostics import CompileError
 
     from .test_rules import _channel_pods
 
     assert frozenset(rules.RULES) == rules.ENFORCED
-    real = api.targets
+    real = targets_registry.targets
 
     def with_defect():
         emits = real()
@@ -185,7 +185,7 @@ def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypat
 
         return {**emits, "k8s": k8s}
 
-    monkeypatch.setattr(api, "targets", with_defect)
+    monkeypatch.setattr(targets_registry, "targets", with_defect)
     with pytest.raises(CompileError) as info:
         api.compile(EXAMPLES / VR / "deployment.yaml")
     assert info.value.exit_code == 3
