@@ -251,6 +251,20 @@ class PodSize(Frozen):
     engram_host_gib: float  # host Engram tables, shared by the node's ranks through /dev/shm
 
 
+class Security(Frozen):
+    """How the containers of one kind of pod run (their securityContext), the Pod Security
+    Standards level that admits them, and why each privilege is there."""
+
+    run_as_user: int | None  # None: the image's own user
+    run_as_non_root: bool
+    capabilities_add: list[str]
+    drop_all_capabilities: bool
+    seccomp_runtime_default: bool
+    service_account_token: bool  # mounted only where the pod calls the API server
+    level: Literal["restricted", "baseline", "privileged"]
+    why: str
+
+
 class Site(Frozen):
     images: Images
     rdma: Rdma
@@ -265,6 +279,10 @@ class Site(Frozen):
     host_reserved_gib: float  # per tray: its memory capacity less its allocatable
     frontend: Resources
     mooncake_master: Resources
+    cpu_arch: str | None  # kubernetes.io/arch of the CPU-only pods; None: any node's
+    # pod kind (engine, engine-rdma, frontend, mooncake-master, router) -> how it runs
+    security: dict[str, Security]
+    pod_security_level: Literal["restricted", "baseline", "privileged"]  # the namespace's
 
 
 class Parsers(Frozen):

@@ -30,6 +30,7 @@ from compiler.plan import (
     PodSize,
     Rdma,
     Resources,
+    Security,
     Site,
     Toleration,
 )
@@ -101,6 +102,66 @@ def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: floa
                             rdma_devices=devices if rdma else 0, registers_memory=registers))
 
 
+# The Dynamo runtime images run as `dynamo`, UID 1000 GID 0 (ai-dynamo/dynamo
+# container/templates/vllm_runtime.Dockerfile: `useradd ... -g 0 dynamo`, `id -u dynamo` = 1000);
+# pods without GPUs run as that user whatever their image.
+NON_ROOT_UID = 1000
+_LEVELS = ("restricted", "baseline", "privileged")
+
+
+def _cpu_pod(token: bool, what: str) -> Security:
+    return Security(run_as_user=NON_ROOT_UID, run_as_non_root=True, capabilities_add=[],
+                    drop_all_capabilities=True, seccomp_runtime_default=True,
+                    service_account_token=token, level="restricted",
+                    why=f"{what}: needs no privilege, so it runs at restricted")
+
+
+def _engine_pod(registers: bool, host_path: bool) -> Security:
+    """Engine pods run as root where a privilege needs it: Linux gives a non-root process no
+    effective capability from the bounding set that Kubernetes' `capabilities.add` fills
+    (kubernetes/kubernetes#56374), so IPC_LOCK lifts RLIMIT_MEMLOCK for `ibv_reg_mr` (Mooncake
+    segments, NIXL buffers: Linux ib_umem_get) only for UID 0; and the kubelet creates a
+    hostPath DirectoryOrCreate as root, mode 0755, which only root may then write."""
+    reasons = []
+    if registers:
+        reasons.append("IPC_LOCK, effective for UID 0 only, lets it register its KV buffers "
+                       "and pool segment with the RDMA NIC past RLIMIT_MEMLOCK")
+    if host_path:
+        reasons.append("UID 0 writes the model cache, a hostPath the kubelet creates as root "
+                       "with mode 0755 (hostPath is outside baseline)")
+    root = registers or host_path
+    level = "privileged" if root else "baseline"
+    return Security(
+        run_as_user=0 if root else None, run_as_non_root=False,
+        capabilities_add=["IPC_LOCK"] if registers else [], drop_all_capabilities=False,
+        seccomp_runtime_default=False, service_account_token=False, level=level,
+        why="; ".join(reasons) if reasons else
+            "the image's own user and the runtime's default capabilities (vLLM images run as "
+            "root): baseline")
+
+
+def security(pods: list[PodSize], cache: ModelCache, router: bool,
+             pool: bool) -> dict[str, Security]:
+    """Every kind of pod the targets emit and how it runs: privileges only where a pod's work
+    needs them, restricted everywhere else; no service-account token but the router's."""
+    host_path = cache.kind == "host_path"
+    out = {"frontend": _cpu_pod(False, "Dynamo's frontend (its tokenizer cache is an emptyDir)")}
+    kinds = {p.resources.registers_memory for p in pods}
+    for registers in sorted(kinds):
+        out["engine-rdma" if registers else "engine"] = _engine_pod(registers, host_path)
+    if pool:
+        out["mooncake-master"] = _cpu_pod(False, "the Mooncake master")
+    if router:
+        out["router"] = _cpu_pod(True, "vllm-router (its token lists the engine pods it "
+                                       "discovers)")
+    return dict(sorted(out.items()))
+
+
+def pod_security_level(kinds: dict[str, Security]) -> str:
+    """The namespace's enforced Pod Security Standards level: the least that admits every pod."""
+    return max((k.level for k in kinds.values()), key=_LEVELS.index, default="restricted")
+
+
 def checkpoint_bytes(model: ModelSpec) -> float:
     """What a cold start reads: the served weights and the Engram tables."""
     return arch.weight_bytes(model) + arch.engram_bytes(model)
@@ -144,13 +205,15 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
             for i in sorted(instances, key=lambda i: i.id)]
     checkpoint = checkpoint_bytes(model)
     images = cfg.images
+    cache = _cache(cfg.model_cache, checkpoint, instances)
+    kinds = security(pods, cache, images.router is not None, kv_pool.enabled)
     return Site(
         images=Images(dynamo=images.dynamo, vllm=images.vllm,
                       runtime_version_override=runtime_version_override(images),
                       router=images.router),
         rdma=Rdma(transport=cfg.rdma.transport, resource=cfg.rdma.resource,
                   hca_names=list(cfg.rdma.hca_names)),
-        model_cache=_cache(cfg.model_cache, checkpoint, instances),
+        model_cache=cache,
         hf_token_secret=cfg.secrets.hf_token,
         pin_by_hostname=cfg.scheduling.hostnames_equal_node_names,
         tolerations=[Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
@@ -159,7 +222,9 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         pods=pods, mooncake_segment_bytes=pool,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
-        frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER)
+        frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
+        cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
+        pod_security_level=pod_security_level(kinds))
 
 
 @functools.cache

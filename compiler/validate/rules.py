@@ -37,6 +37,8 @@ Rules and where their facts come from:
 - rdma-transport: a Mooncake client with `protocol: rdma` needs an RDMA device and IPC_LOCK in
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
+- capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch:
+  compiler/validate/workloads.py says where each comes from.
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
   low-latency, the environment of all-to-all backends across trays), the frontend's KV block
@@ -51,22 +53,12 @@ from fractions import Fraction
 from typing import Any
 
 from compiler.plan import Plan
-from compiler.validate import bundle, placement, pods
+from compiler.validate import bundle, placement, pods, workloads
+from compiler.validate.finding import Finding
 from compiler.validate.pods import Engine, Node, PodGroup
 from schemas.diagnostics import Diagnostic
 
 NIXL = frozenset({"NixlConnector", "NixlPushConnector"})  # vLLM 0.33's P/D hand-off: pull, push
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    file: str
-    line: int
-    where: str  # the object and field path
-    expected: str
-    got: str
-    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -649,6 +641,11 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "rdma-transport": "E829",
     "engine-capability": "E830",
     "cpu-pods-off-trays": "E831",
+    "capabilities-effective": "E832",
+    "host-path-writable": "E833",
+    "pod-security": "E834",
+    "service-names": "E835",
+    "cpu-pods-arch": "E836",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
@@ -662,6 +659,11 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (connector_env, frozenset({"connector-env"})),
     (rdma_transport, frozenset({"rdma-transport"})),
     (engine_capability, frozenset({"engine-capability"})),
+    (workloads.capabilities_effective, frozenset({"capabilities-effective"})),
+    (workloads.host_path_writable, frozenset({"host-path-writable"})),
+    (workloads.pod_security, frozenset({"pod-security"})),
+    (workloads.service_names, frozenset({"service-names"})),
+    (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).

@@ -147,8 +147,10 @@ def test_defect_5_rdma_pool_pods_get_rdma_devices_and_ipc_lock(case):
             assert main["resources"]["limits"][rdma] == main["resources"]["requests"][rdma]
             assert "IPC_LOCK" in main["securityContext"]["capabilities"]["add"]
     master = [d for d in emitted.documents(files(case), "k8s") if d["kind"] == "Deployment"]
-    for d in master:  # the master registers no memory
-        assert "securityContext" not in d["spec"]["template"]["spec"]["containers"][0]
+    for d in master:  # the master registers no memory: no capability, not root
+        context = d["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["runAsNonRoot"] and context["runAsUser"] != 0
     assert plan.site.rdma.transport == "rdma"
 
 
@@ -166,7 +168,7 @@ def test_tcp_only_when_the_site_chooses_it():
     for template in engine_templates(out, "k8s"):
         main = main_of(template)
         assert "rdma/ib" not in main["resources"]["requests"]
-        assert "securityContext" not in main
+        assert "capabilities" not in main["securityContext"]  # registers nothing: no IPC_LOCK
         assert env_of(main)["UCX_TLS"]["value"].startswith("tcp,")
     assert {json.loads(t)["protocol"] for p, t in out.items()
             if p.startswith("mooncake/clients/")} == {"tcp"}
@@ -334,7 +336,8 @@ def test_defect_16_lws_leaders_have_a_service_and_probes(case):
     services = {d["metadata"]["name"]: d for d in emitted.of_kind(docs, "Service")}
     for lws in emitted.of_kind(docs, "LeaderWorkerSet"):
         name = lws["metadata"]["name"]
-        assert services[name]["spec"]["selector"] == {
+        assert name not in services  # the LWS controller's headless Service has that name
+        assert services[f"{name}-http"]["spec"]["selector"] == {
             "leaderworkerset.sigs.k8s.io/name": name,
             "leaderworkerset.sigs.k8s.io/worker-index": "0"}
         template = lws["spec"]["leaderWorkerTemplate"]
