@@ -211,6 +211,17 @@ class Images(Frozen):
     router: str | None  # vllm-router for lws/ P/D
 
 
+class EngineRun(Frozen):
+    """What runs one target's engines: its image, the vLLM release there (the flags and
+    connectors are checked against that release's code), the Dynamo release when Dynamo
+    launches them, and why the target refuses the plan, if it does."""
+
+    image: str
+    vllm: str
+    dynamo: str | None
+    refused: str | None
+
+
 class Rdma(Frozen):
     transport: Literal["rdma", "tcp"]
     resource: str  # device-plugin extended resource
@@ -279,6 +290,8 @@ class Site(Frozen):
     host_reserved_gib: float  # per tray: its memory capacity less its allocatable
     frontend: Resources
     mooncake_master: Resources
+    # target family (dynamo: dynamo/ and k8s/; vllm: vllm/, lws/, the Mooncake master) -> engine
+    engines: dict[str, EngineRun]
     cpu_arch: str | None  # kubernetes.io/arch of the CPU-only pods; None: any node's
     # pod kind (engine, engine-rdma, frontend, mooncake-master, router) -> how it runs
     security: dict[str, Security]

@@ -23,22 +23,26 @@ class Notice:
         return f"warning[W901] {self.target}/ {self.path}: {self.problem}\n  hint: {self.hint}"
 
 
-def _stock_runtime(image: str) -> bool:
-    repository = catalog.engines().dynamo.runtime_image.repository.value
-    return image.rsplit("@", 1)[0].rsplit(":", 1)[0] == repository
-
-
 def notices(plan: Plan) -> list[Notice]:
     images, out = plan.site.images, []
-    runtime_vllm = catalog.engines().dynamo.runtime_image.vllm
-    if _stock_runtime(images.dynamo) and runtime_vllm.value != plan.serving.vllm_version:
+    dynamo = plan.site.engines["dynamo"]
+    worker = catalog.engines().dynamo.worker
+    if dynamo.refused:
+        out.append(Notice(
+            "serving", "k8s",
+            f"not emitted (nor dynamo/): {dynamo.refused}",
+            f"serve this plan from lws/ or vllm/ (vLLM {plan.serving.vllm_version} runs the "
+            "push connector), or compile a prefill without pipeline stages for Dynamo"))
+    elif dynamo.vllm != plan.serving.vllm_version:
         out.append(Notice(
             "site.images.dynamo", "k8s",
-            f"{images.dynamo} runs vLLM {runtime_vllm.value} ({runtime_vllm.source}), but the "
-            f"workers' flags and engine choices are vLLM {plan.serving.vllm_version}'s",
-            f"name a Dynamo runtime image built with vLLM {plan.serving.vllm_version} "
-            "(its tag gets runtimeVersionOverride), or check every flag against "
-            f"{runtime_vllm.value}"))
+            f"the workers run vLLM {dynamo.vllm}, the release Dynamo {dynamo.dynamo} imports "
+            f"({worker.vllm.source.split(';')[0]}); the plan's engine facts are vLLM "
+            f"{plan.serving.vllm_version}'s, and the DGD's flags parse with {dynamo.vllm}'s "
+            "parser (tests/conformance)",
+            f"keep {images.dynamo} or another image with vLLM {dynamo.vllm}: one rebuilt with "
+            f"vLLM {plan.serving.vllm_version} cannot import dynamo.vllm (it imports "
+            "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))
     disaggregated = {i.role for i in plan.instances} >= {"prefill", "decode"}
     if disaggregated and images.router is None:
         out.append(Notice(
@@ -48,9 +52,13 @@ def notices(plan: Plan) -> list[Notice]:
             "set site.images.router to a vllm-router image, or serve through k8s/ (Dynamo's "
             "frontend routes P/D)"))
     if plan.kv_pool.enabled:
+        wheel = catalog.engines().mooncake.wheel
         out.append(Notice(
             "site.images.vllm", "k8s",
-            f"the Mooncake master runs `mooncake_master` from {images.vllm}",
-            "check that the image has it (`which mooncake_master`) and that the Dynamo runtime "
-            "image has the `mooncake` Python package the store connector imports"))
+            f"the Mooncake master runs `mooncake_master` from {images.vllm}, and every engine "
+            "image imports the `mooncake` package for the store connector",
+            f"check that the images have them (`which mooncake_master`), built for the image's "
+            f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
+            f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
+            "libcudart.so.12)"))
     return out

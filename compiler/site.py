@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from compiler import arch
+from compiler import arch, catalog
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
+    EngineRun,
     Hardware,
     Images,
     Instance,
@@ -65,6 +66,31 @@ def runtime_version_override(images: spec.Images) -> str | None:
         return images.runtime_version_override
     return None if re.fullmatch(rf"v?{re.escape(images.dynamo_version)}",
                                 _tag(images.dynamo)) else images.dynamo_version
+
+
+def dynamo_refusal(instances: list[Instance]) -> str | None:
+    """Dynamo's prefill handler resolves a P/D protocol per request from the worker's
+    connector (a wrapper's one P/D member) and raises for any name it has none for."""
+    worker = catalog.engines().dynamo.worker
+    protocols = worker.kv_connector_protocols.value
+    for i in sorted(instances, key=lambda i: i.id):
+        if i.role != "aggregated" and i.kv_connectors and \
+                not set(i.kv_connectors) & set(protocols):
+            return (f"instances[{i.id}] hands KV off by {', '.join(i.kv_connectors)}, but "
+                    f"Dynamo {catalog.engines().dynamo.version}'s prefill handler takes only "
+                    f"{', '.join(protocols)} ({worker.kv_connector_protocols.source.split(' (')[0]})")
+    return None
+
+
+def engine_runs(images: spec.Images, vllm_version: str,
+                instances: list[Instance]) -> dict[str, EngineRun]:
+    """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
+    not import under another); the plain vLLM image runs the release the plan is read for."""
+    dynamo = catalog.engines().dynamo
+    return {"dynamo": EngineRun(image=images.dynamo, vllm=dynamo.worker.vllm.value,
+                                dynamo=images.dynamo_version,
+                                refused=dynamo_refusal(instances)),
+            "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None)}
 
 
 def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
@@ -198,7 +224,8 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 
 
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
-               instances: list[Instance], kv_pool: KvPool, host: HostReserve) -> Site:
+               instances: list[Instance], kv_pool: KvPool, host: HostReserve,
+               vllm_version: str) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
     pods = [_pod(cfg, hardware, host, tables, i, pool)
@@ -223,6 +250,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
+        engines=engine_runs(images, vllm_version, instances),
         cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
         pod_security_level=pod_security_level(kinds))
 

@@ -140,4 +140,7 @@ def graph_deployment(plan: Plan) -> dict:
 
 
 def emit(plan: Plan) -> dict[str, str]:
+    """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
+    if plan.site.engines["dynamo"].refused:
+        return {}
     return {"dynamo/dgd.yaml": dump_yaml(graph_deployment(plan))}

@@ -37,6 +37,9 @@ Rules and where their facts come from:
 - rdma-transport: a Mooncake client with `protocol: rdma` needs an RDMA device and IPC_LOCK in
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
+- dynamo-connector: Dynamo's prefill handler resolves a P/D protocol per request from the
+  worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py,
+  compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols).
 - capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch:
   compiler/validate/workloads.py says where each comes from.
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
@@ -582,6 +585,30 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     return out
 
 
+def dynamo_connector(ctx: Context, facts: Any = None) -> list[Finding]:
+    """Dynamo P/D workers hand KV off through a connector its prefill handler has a protocol
+    for (compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols)."""
+    facts = facts if facts is not None else _engines_catalog()
+    if facts is None:
+        return []
+    worker = facts.dynamo.worker
+    out = []
+    for e in _all_engines(ctx):
+        if e.launcher != "dynamo" or e.flag("--disaggregation-mode") not in ("prefill", "decode"):
+            continue
+        top = _top_connector(e)
+        names = {c.get("kv_connector") for c in e.connectors()}
+        pd = names - {top} if top in worker.multi_connector_wrappers.value else {top}
+        if not pd & set(worker.kv_connector_protocols.value):
+            out.append(Finding("dynamo-connector", e.file, e.line, e.where,
+                               f"a P/D connector Dynamo {facts.dynamo.version} has a protocol "
+                               f"for ({', '.join(worker.kv_connector_protocols.value)})",
+                               ", ".join(sorted(str(n) for n in pd)),
+                               "its prefill handler raises ValueError on every request "
+                               f"({worker.kv_connector_protocols.source.split(' (')[0]})"))
+    return out
+
+
 def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
     """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes."""
     def nixl(e: Engine) -> set[str]:
@@ -646,6 +673,7 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "pod-security": "E834",
     "service-names": "E835",
     "cpu-pods-arch": "E836",
+    "dynamo-connector": "E837",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
@@ -664,6 +692,7 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (workloads.pod_security, frozenset({"pod-security"})),
     (workloads.service_names, frozenset({"service-names"})),
     (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
+    (dynamo_connector, frozenset({"dynamo-connector"})),
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).

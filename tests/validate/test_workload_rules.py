@@ -7,7 +7,7 @@ import yaml
 
 from compiler.validate import rules, workloads
 
-from .bundles import GB300, HGX, VR, compiled, component, edit, main
+from .bundles import GB300, HGX, HGX_PP, VR, compiled, component, edit, main
 
 DGD = "k8s/dynamo-graph.yaml"
 LWS = "lws/leaderworkersets.yaml"
@@ -112,3 +112,25 @@ def test_level_reads_the_pod_security_standards():
     locked = {"containers": [{"name": "c", "securityContext": {"capabilities": {
         "add": ["IPC_LOCK"]}}}]}
     assert workloads.level(locked) == ("privileged", ["c: capabilities.add ['IPC_LOCK']"])
+
+
+def test_dynamo_workers_hand_off_by_a_connector_dynamo_has_a_protocol_for():
+    """S3-02: NixlPushConnector under Dynamo 1.6.1 raises on every prefill request."""
+    plan, files = compiled(HGX)
+    assert not fired(plan, files, "dynamo-connector")
+
+    def push(dgd: dict) -> None:
+        args = main(_worker(dgd))["args"]
+        i = args.index("--kv-transfer-config") + 1
+        args[i] = args[i].replace('"NixlConnector"', '"NixlPushConnector"')
+    edit(files, DGD, "DynamoGraphDeployment", "", push)
+    [finding] = fired(plan, files, "dynamo-connector")
+    assert "NixlPushConnector" in finding.got and "decode" in finding.where
+    assert "Dynamo 1.6.1" in finding.expected
+
+
+def test_dynamo_refuses_a_pipelined_prefill():
+    plan, files = compiled(HGX_PP)
+    assert "NixlPushConnector" in plan.site.engines["dynamo"].refused
+    assert not any(p.startswith(("k8s/", "dynamo/")) for p in files)
+    assert plan.site.engines["vllm"].refused is None and any(p.startswith("lws/") for p in files)
