@@ -49,8 +49,9 @@ def notices(plan: Plan) -> list[Notice]:
             "site.images.router", "lws",
             "a prefill/decode layout without a router: a request sent to the decode Service is "
             "prefilled by the decode engines, and the prefill instances stay idle",
-            "set site.images.router to a vllm-router image, or serve through k8s/ (Dynamo's "
-            "frontend routes P/D)"))
+            "set site.images.router to a vllm-router image" + (
+                "" if dynamo.refused else ", or serve through k8s/ (Dynamo's frontend routes "
+                "P/D)")))
     if plan.kv_pool.enabled:
         wheel = catalog.engines().mooncake.wheel
         out.append(Notice(
@@ -61,4 +62,53 @@ def notices(plan: Plan) -> list[Notice]:
             f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
             f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
             "libcudart.so.12)"))
+    return out + _cluster_notices(plan)
+
+
+def _cluster_notices(plan: Plan) -> list[Notice]:
+    """What the cluster must give the pods, and the risks the bundle leaves to the site."""
+    site, out = plan.site, []
+    why = "; ".join(f"{kind}: {sec.why}" for kind, sec in site.security.items()
+                    if sec.level != "restricted")
+    out.append(Notice(
+        "site.security", "k8s",
+        f"the namespace enforces Pod Security {site.pod_security_level}"
+        + (f" for the engine pods ({why})" if why else "") + "; every pod without GPUs meets "
+        "restricted and mounts no service-account token but the router's",
+        "label the namespace yourself only if your policy allows that level; nothing else "
+        "runs privileged"))
+    if site.model_cache.kind == "pvc":
+        out.append(Notice(
+            "site.model_cache.pvc", "k8s",
+            f"the engines write the Hugging Face cache into PVC {site.model_cache.source}",
+            "make it ReadWriteMany and writable by UID 1000 GID 0 (Dynamo's runtime user) "
+            "and by root (the vLLM image)"))
+    if plan.kv_pool.enabled:
+        out.append(Notice(
+            "site", "k8s",
+            "one Mooncake master (Recreate) holds the metadata of the whole pool "
+            f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
+            "until the clients remount, and the frontend runs one replica",
+            "keep both off nodes that are drained while serving; the pool refills from "
+            "prefill"))
+        if site.rdma.transport == "rdma" and not site.rdma.hca_names:
+            out.append(Notice(
+                "site.rdma.hca_names", "k8s",
+                "Mooncake clients discover their HCAs (device_name \"\"): on multi-rail trays "
+                "they may pick ones without a route to the peers",
+                "list the HCAs every engine pod sees in site.rdma.hca_names"))
+        out.append(Notice(
+            "site.images.vllm", "vllm",
+            "the launch scripts' Mooncake client files name the master by its Kubernetes "
+            "Service, and read /etc/mooncake/<node>.json and the model cache at "
+            f"{site.model_cache.mount_path}",
+            "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
+            "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
+    if len(plan.fleet) > 1:
+        out.append(Notice(
+            "cluster", "k8s",
+            "one Dynamo frontend routes over every group's workers: it may pair one group's "
+            "prefill with another's decode, while each group is solved and predicted on its own",
+            "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
+            "the groups' network"))
     return out

@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
 ENGINE_START_S = 600
+# The vLLM recipe's engine-ready allowance for DeepSeek-V4.1-Flash's 511 GB cold start
+# (vllm-project/recipes models/deepseek-ai/DeepSeek-V4.1-Flash.yaml VLLM_ENGINE_READY_TIMEOUT_S):
+# the least rackc gives any start, its rates being assumed.
+ENGINE_READY_FLOOR_S = 3600
 DEFAULT_CACHE_DIR = "/var/cache/rackc/huggingface"
 # assumed: the frontend tokenizes every request (long agentic prompts), the master keeps only
 # object metadata in memory.
@@ -197,14 +201,15 @@ def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,
                            pods: int, pods_per_node: int) -> int:
     """A cold start: one download of the checkpoint (per node for a host path), then every pod
     reading it from the cache (all pods share a PVC's bandwidth, a host path's readers are the
-    node's pods), on top of vLLM's own start-up allowance; whole minutes."""
+    node's pods), on top of vLLM's own start-up allowance; whole minutes, and never less than
+    the vLLM recipe's allowance."""
     if cache.engine_ready_timeout_s:
         return cache.engine_ready_timeout_s
     gbytes = checkpoint_bytes / 1e9
     readers = pods if cache.pvc else pods_per_node
     seconds = (ENGINE_START_S + gbytes / cache.download_gbytes_per_s
                + readers * gbytes / cache.read_gbytes_per_s)
-    return 60 * math.ceil(seconds / 60)
+    return max(ENGINE_READY_FLOOR_S, 60 * math.ceil(seconds / 60))
 
 
 def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
@@ -296,7 +301,7 @@ def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
                  source="user" if given_timeout else "rule:cold-start",
                  why="written in the deployment" if given_timeout else
                      "vLLM's 600 s + one download of the checkpoint + its reads from the cache "
-                     "at the site's assumed rates"),
+                     "at the site's assumed rates, at least the vLLM recipe's 3600 s"),
     ]
     if images.runtime_version_override:
         out.append(Decision(path="site.images.runtime_version_override",

@@ -49,6 +49,10 @@ WORKER_INDEX = "${LWS_WORKER_INDEX}"
 API_PORT = 8000  # `vllm serve` default
 ROUTER_PORT = 8000
 PROBE_PERIOD_S = 10
+# assumed: after the engine core is ready, the API server loads the tokenizer and binds; the
+# startup probe waits this long past VLLM_ENGINE_READY_TIMEOUT_S, so the engine's own timeout
+# (with its message) ends a start that is too slow, not the kubelet.
+STARTUP_MARGIN_S = 600
 # LWS labels every pod with its group and index; index 0 is the leader (LWS docs).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -79,7 +83,8 @@ def _probes(plan: Plan) -> dict[str, V1Probe]:
     """vLLM's /health answers once the engine is up: the startup probe waits as long as the
     engine itself may take to become ready (VLLM_ENGINE_READY_TIMEOUT_S, a cold start)."""
     health = V1HTTPGetAction(path="/health", port="http")
-    startup = math.ceil(plan.site.model_cache.engine_ready_timeout_s / PROBE_PERIOD_S) + 6
+    startup = math.ceil((plan.site.model_cache.engine_ready_timeout_s + STARTUP_MARGIN_S)
+                        / PROBE_PERIOD_S)
     return {"startup_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S,
                                      failure_threshold=startup),
             "readiness_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S),

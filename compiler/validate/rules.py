@@ -40,7 +40,8 @@ Rules and where their facts come from:
 - dynamo-connector: Dynamo's prefill handler resolves a P/D protocol per request from the
   worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py,
   compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols).
-- capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch:
+- capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
+  per-instance-placement:
   compiler/validate/workloads.py says where each comes from.
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
@@ -674,6 +675,7 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "service-names": "E835",
     "cpu-pods-arch": "E836",
     "dynamo-connector": "E837",
+    "per-instance-placement": "E838",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
@@ -693,6 +695,7 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (workloads.service_names, frozenset({"service-names"})),
     (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
     (dynamo_connector, frozenset({"dynamo-connector"})),
+    (workloads.per_instance_placement, frozenset({"per-instance-placement"})),
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).

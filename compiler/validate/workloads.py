@@ -17,6 +17,10 @@ it fits. Pure, as compiler.validate.rules (which registers them):
   above the namespace's `pod-security.kubernetes.io/enforce` level; pods without GPUs need no
   privilege and meet restricted; a pod that calls no API server (no service account of its own)
   mounts no token.
+- per-instance-placement: the plan places each instance on its own trays (what the report,
+  the Engram shard map and `compile --from` rely on); replicas of one pod template share one
+  node affinity, over which the scheduler (Grove, LWS) spreads them in any order. So every
+  engine workload is one instance (one replica) whose affinity names exactly its trays.
 - cpu-pods-arch: pods without GPUs require the `kubernetes.io/arch` the plan gives them
   (`site.cpu_arch`), or none: on NVL72 the only arm64 nodes may be the trays they keep off.
 """
@@ -212,6 +216,47 @@ def pod_security(ctx: "Context") -> list[Finding]:
                     "pod-security", g, "automountServiceAccountToken: false (the pod calls no "
                     "API server)", "the default service account's token mounted",
                     "set automountServiceAccountToken: false"))
+    return out
+
+
+def _replicas(g: PodGroup) -> int:
+    doc = g.obj.doc.get("spec") or {}
+    if g.obj.kind == "DynamoGraphDeployment":
+        index = int(g.path.split("[", 1)[1].split("]", 1)[0])
+        return int((doc.get("components") or [])[index].get("replicas", 1))
+    return int(doc.get("replicas", 1))
+
+
+def _pinned_nodes(spec: dict[str, Any]) -> set[str]:
+    """The node names a pod's required affinity admits (metadata.name or hostname In)."""
+    terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+    return {str(v) for term in terms
+            for m in (term.get("matchFields") or []) + (term.get("matchExpressions") or [])
+            if m.get("operator") == "In" and m.get("key") in ("metadata.name",
+                                                               "kubernetes.io/hostname")
+            for v in m.get("values") or []}
+
+
+def per_instance_placement(ctx: "Context") -> list[Finding]:
+    node = {t.id: t.node_name for t in ctx.plan.hardware.trays}
+    trays = {frozenset(node[t] for t in i.trays): i.id for i in ctx.plan.instances}
+    out = []
+    for b in ctx.bundles:
+        for g in b.groups:
+            if not g.pods or _cpu_only(g) or g.obj.kind not in ("DynamoGraphDeployment",
+                                                                "LeaderWorkerSet"):
+                continue
+            pinned, replicas = frozenset(_pinned_nodes(g.spec)), _replicas(g)
+            if replicas > 1 or pinned not in trays:
+                out.append(_finding(
+                    "per-instance-placement", g, "one instance: one replica pinned to the "
+                    "trays plan.yaml gives it", f"{replicas} replicas over "
+                    f"{len(pinned)} nodes ({', '.join(sorted(pinned)[:4])}"
+                    f"{', ...' if len(pinned) > 4 else ''}), the trays of no one instance"
+                    if pinned not in trays else f"{replicas} replicas of {trays[pinned]}",
+                    "the scheduler places replicas of one template in any order over its "
+                    "nodes: emit a workload per instance"))
     return out
 
 

@@ -14,6 +14,8 @@ from tests.targets import emitted
 from tests.targets.fixtures import ALL_CASES, POOL_CASES, host_reserve
 
 CASES = sorted(ALL_CASES)
+# Dynamo refuses the pipelined P/D example (S3-02): no DGD to look at there.
+DGD_CASES = [c for c in CASES if c != "hgx-h200-x4-deepseek-v3-128k-pp"]
 BUNDLES = ("k8s", "lws")
 GIB = 1024**3
 
@@ -71,7 +73,7 @@ def env_of(container: dict) -> dict[str, dict]:
 
 # --- 1: Dynamo components run a Dynamo image ---------------------------------------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_1_dynamo_components_run_the_dynamo_runtime(case):
     for component in dgd(files(case))["spec"]["components"]:
         for container in component["podTemplate"]["spec"]["containers"]:
@@ -94,7 +96,7 @@ def test_runtime_version_override_only_when_the_tag_is_not_the_dynamo_version():
 
 # --- 2: at most one pod per node claims the ComputeDomain channel ------------------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_2_one_channel_claim_per_node(case):
     """The DRA driver prepares a node's channel for one claim; pods made from the channel
     template each get their own claim, so a node may host only one of them."""
@@ -123,7 +125,7 @@ def test_defect_2_one_channel_claim_per_node(case):
 
 # --- 3: NIXL side channel host on single-node workers -------------------------------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_3_single_node_workers_advertise_their_pod_ip_to_nixl(case):
     for c in workers(files(case)):
         env = env_of(main_of(c["podTemplate"]))
@@ -278,7 +280,7 @@ def test_defect_10_instances_on_one_host_bind_distinct_ports(case):
 
 # --- 14, 17: host memory, /dev/shm, CPU ----------------------------------------------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_14_shm_holds_the_nodes_shared_engram_tables(case):
     plan = plan_of(case)
     by_name = {c["name"]: c for c in workers(files(case))}
@@ -348,7 +350,7 @@ def test_defect_16_lws_leaders_have_a_service_and_probes(case):
             assert main[probe]["httpGet"]["path"] == "/health"
         startup = main["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= \
-            plan_of(case).site.model_cache.engine_ready_timeout_s
+            plan_of(case).site.model_cache.engine_ready_timeout_s + 600  # S3-14's margin
         if "leaderTemplate" in template:
             assert "startupProbe" not in main_of(template["workerTemplate"])
 
@@ -399,7 +401,7 @@ def test_defect_19_a_named_token_secret_is_referenced_by_key():
 
 # --- 20, 21: parsers and the router's flags ------------------------------------------------------
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_20_tool_call_and_reasoning_parsers(case):
     plan = plan_of(case)
     for c in workers(files(case)):
@@ -412,7 +414,7 @@ def test_defect_20_tool_call_and_reasoning_parsers(case):
         assert plan.parsers.vllm_reasoning == plan.parsers.dynamo_reasoning == "deepseek_v41"
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_21_no_deprecated_router_flag_at_its_default(case):
     [frontend] = [c for c in dgd(files(case))["spec"]["components"] if c["type"] == "frontend"]
     args = main_of(frontend["podTemplate"])["args"]
@@ -435,7 +437,7 @@ def test_memory_requests_of_a_tray_fit_its_allocatable(case):
 
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", DGD_CASES)
 def test_cpu_only_pods_keep_off_every_tray(case):
     """Frontend, Mooncake master and router had only the arch selector and the GPU
     toleration, so they could land on a tray and take memory the pinned workers need."""
