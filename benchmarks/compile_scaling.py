@@ -72,7 +72,8 @@ def run(deployment: Path, out: Path, *extra: str) -> dict:
         len(plan["hardware"]["unavailable_gpus"])
     used = sum(len(i["gpus"]) for i in plan["instances"])
     s = result["solver"]
-    return {"wall_s": wall, "exit": 0, "peak_mib": usage.ru_maxrss / 1024, "plan": plan,
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "exit": 0,
+            "peak_mib": usage.ru_maxrss / 1024, "plan": plan,
             "gpus": available, "used": used, "instances": len(plan["instances"]),
             "goodput": s["objective"], "counts": s["counts"], "placement": s["placement"],
             "rack_models": len(s["racks"])}
@@ -113,7 +114,9 @@ def main() -> int:
                 print(f"{name:7s} exit {r['exit']} after {r['wall_s']:.1f} s: {r['error']}")
                 continue
             c, p = r["counts"], r["placement"]
-            print(f"{name:7s} {r['gpus']:5d} GPUs  {r['wall_s']:6.2f} s  {r['peak_mib']:6.0f} MiB"
+            print(f"{name:7s} {r['gpus']:5d} GPUs  CPU {r['cpu_s']:6.2f} s"
+                  f"  wall {r['wall_s']:6.2f} s"
+                  f"  {r['peak_mib']:6.0f} MiB"
                   f"  counts {c['status']} gap {c['gap']:.2%} ({c['seconds']:.3f} det s)"
                   f"  placement {p['status']} worst rack gap {p['gap']:.2%}"
                   f" ({r['rack_models']} rack models, {p['seconds']:.3f} det s)"
@@ -124,10 +127,11 @@ def main() -> int:
     missed = []
     ok = {n: r for n, r in rows.items() if not r["exit"]}
     missed += [f"{n} failed" for n, r in rows.items() if r["exit"]]
-    if "vr64" in ok and ok["vr64"]["wall_s"] >= GOAL_64_S:
-        missed.append(f"vr64 took {ok['vr64']['wall_s']:.1f} s (goal < {GOAL_64_S:g})")
+    # goals in CPU time (the process and its emitter): wall time stretches with the load
+    if "vr64" in ok and ok["vr64"]["cpu_s"] >= GOAL_64_S:
+        missed.append(f"vr64 took {ok['vr64']['cpu_s']:.1f} CPU s (goal < {GOAL_64_S:g})")
     if "vr64" in ok and "vr1" in ok:
-        ratio = ok["vr64"]["wall_s"] / ok["vr1"]["wall_s"]
+        ratio = ok["vr64"]["cpu_s"] / ok["vr1"]["cpu_s"]
         print(f"time(64 racks) / time(1 rack) = {ratio:.1f} (goal < {GOAL_RATIO:g})")
         if ratio >= GOAL_RATIO:
             missed.append(f"ratio {ratio:.1f}")

@@ -5,25 +5,34 @@ import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from compiler import arch, graph, incremental
-from compiler.balance import balance
-from compiler.emit_worker import EmitWorker
-from compiler.fleet import merge
+from compiler import arch, graph
 from compiler.graph import build_graph
-from compiler.load import Inputs, display_name, load_fleet
-from compiler.lower import lower
-from compiler.perf.predict import Layout, grouped_layouts, operating_point
-from compiler.plan import PLAN_MAX_BYTES, Instance, Plan, Predicted, dump_plan, load_plan
+from compiler.load import Inputs, display_name, invented_node_names, load_fleet
+from compiler.plan import (
+    PLAN_MAX_BYTES,
+    Fleet,
+    Instance,
+    Plan,
+    Predicted,
+    dump_plan,
+    load_plan,
+)
 from compiler.precheck import precheck
-from compiler.solve import solve
-from compiler.targets_registry import targets
-from compiler.validate import rules
-from schemas.diagnostics import CompileError, Diagnostic
+from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 from schemas.reading import FileProblem, read_regular
 from schemas.source import decode_utf8
+
+if TYPE_CHECKING:
+    from compiler.emit_worker import EmitWorker
+    from compiler.perf.predict import Layout
+    from compiler.simulate.runner import Options
+
+# The solver (OR-Tools), the perf model, the emitters and the bundle rules are imported by the
+# functions that use them, so that `rackc check`, `explain` and `diff` load none of them.
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
               "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
@@ -105,6 +114,8 @@ def read_plan(path: Path) -> Plan:
 def diff_plans(a: Plan, b: Plan) -> list[str]:
     """Human-readable differences: instances matched by GPU set (stopped, started, moved,
     renamed or reconfigured), memory domains and metrics that changed."""
+    from compiler import incremental
+
     out = []
     same, stopped, started, moved = incremental.match(a, b)
     out += [f"- {x.id}: {x.shape} on {','.join(x.trays)}" for x in stopped]
@@ -146,28 +157,40 @@ class CompileResult:
     input_files: tuple[Path, ...] = ()  # what was read, which `-o` must never replace
     # `--from`: the goodput a fresh compile (free to move every instance) would reach
     fresh_goodput: float | None = None
+    warnings: tuple[Diagnostic, ...] = ()  # W510: SLOs the prediction misses
 
 
-def layouts(instances: list[Instance]) -> list[Layout]:
+def layouts(instances: list[Instance]) -> "list[Layout]":
     """Instances grouped by (role, shape, batch limits) for the perf model."""
+    from compiler.perf.predict import grouped_layouts
+
     return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
                            for i in instances)
 
 
-def predicted(inputs: Inputs, plan: Plan, goodput: float | None) -> Predicted:
-    """Metrics at the operating point (perf.predict.operating_point); the prefix cache is the
-    plan's pool (its DRAM segments after the host budget)."""
+def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
+    """The layout's one prediction (compiler.prediction); the prefix cache is the plan's pool
+    (its DRAM segments after the host budget)."""
+    from compiler import prediction
+
     pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    return operating_point(inputs, layouts(plan.instances), goodput, pool)
+    return prediction.predict(inputs, layouts(plan.instances), available_gpus, pool)
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
-          clock: dict[str, float]) -> tuple[Plan, float | None]:
+          clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
     compile would reach."""
+    from compiler import incremental
+    from compiler.balance import balance
+    from compiler.lower import lower
+    from compiler.simulate.runner import compile_run
+    from compiler.solve import solve
+
     if base is not None or unavailable:
         inputs = incremental.with_failures(
-            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [])
+            inputs, base, incremental.parse_ids(unavailable, inputs) if unavailable else [],
+            incremental.parse_ids(restore, inputs, "--restore") if restore else [])
     g = build_graph(inputs)
     if base is not None:
         incremental.check_base(base, inputs, g)
@@ -177,44 +200,60 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     clock.setdefault("loaded", time.perf_counter())
     fresh = None
     if base is not None:
+        incremental.check_kept(base, inputs, pre, g)
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
         sol = solve(inputs, g, pre)
     clock.setdefault("solved", time.perf_counter())
     draft = lower(inputs, g, sol)
-    goodput = None if sol.problem.mode == "pinned" else sol.counts.objective
-    metrics = predicted(inputs, draft, goodput)
-    if goodput is not None:
+    available = len(graph.available_gpus(g))
+    metrics = predicted(inputs, draft, available)
+    if sol.problem.mode != "pinned":
+        goodput = sol.counts.objective
         supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
         pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
-        why = balance(inputs, draft.instances, supply, goodput, len(graph.available_gpus(g)),
+        why = balance(inputs, draft.instances, supply, goodput, available,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
-    return draft.model_copy(update={"predicted": metrics}), fresh
+    plan = draft.model_copy(update={"predicted": metrics})
+    return plan.model_copy(update={"predicted": metrics.model_copy(
+        update={"simulated": compile_run(inputs, plan)})}), fresh
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
-            emitter: EmitWorker | None = None, base: Plan | None = None,
-            unavailable: str | None = None) -> CompileResult:
+            emitter: "EmitWorker | None" = None, base: Plan | None = None,
+            unavailable: str | None = None, restore: str | None = None,
+            kernels: str = "vllm") -> CompileResult:
     """Load, check, solve, lower, predict and emit (in `emitter`'s process when given, with
     the same result), then hold what was emitted to the enforced controller-level rules.
     `base`: the running plan whose instances stay where their GPUs are all still available;
-    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental).
+    `unavailable`: GPU, tray or rack ids that failed (compiler.incremental); `restore`: ids
+    the old plan had down that are repaired; `kernels`: whose measured kernels the perf
+    model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
+    from compiler import prediction
+    from compiler.fleet import merge
+    from compiler.targets_registry import targets
+    from compiler.validate import rules
+
     clock = {"start": time.perf_counter()}
-    fleet = load_fleet(deployment)
+    fleet = load_fleet(deployment, kernels)
     if len(fleet) > 1 and (base is not None or unavailable):
         raise CompileError([Diagnostic(
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
             "a recompile of a one-system plan", "a mixed fleet",
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
-        plan, fresh = _plan(fleet[0], base, unavailable, clock)
+        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
+        warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
     else:
-        plan = merge(fleet, [_plan(inputs, None, None, clock)[0] for inputs in fleet])
-        fresh = None
+        plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]
+        warnings = [d for inputs, p in zip(fleet, plans, strict=True)
+                    for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
+        plan, fresh = merge(fleet, plans), None
+    warnings += [d for group in fleet for d in invented_node_names(group)]
     inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:
@@ -232,4 +271,37 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     clock["emitted"] = time.perf_counter()
     names = list(clock)
     seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh)
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
+                         tuple(warnings))
+
+
+def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
+    """`rackc simulate`: replay a workload against the plan compiled from `deployment`
+    (compiler.simulate); metrics per routing policy beside the plan's closed-form ones.
+    Raises CompileError (exit 2) on a plan of other inputs, a bad trace, policy or fault."""
+    from compiler.load import load_inputs
+    from compiler.simulate.router import POLICIES
+    from compiler.simulate.runner import simulate as run
+
+    plan = read_plan(plan_path)
+    inputs = load_inputs(deployment)
+    if isinstance(plan.hardware, Fleet) or inputs.resolved.digest != plan.inputs_digest:
+        raise CompileError([Diagnostic(
+            "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
+            f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
+            "a mixed fleet's plan" if isinstance(plan.hardware, Fleet)
+            else f"a plan of other inputs ({plan.inputs_digest[:12]})",
+            "recompile, or pass the deployment this plan was compiled from")])
+    bad = [p for p in opts.policies if p not in POLICIES]
+    if bad:
+        raise CompileError([Diagnostic("error", "E753", "<argument>", 0, 0, "--policy",
+                                       " | ".join(POLICIES), repr(bad[0]),
+                                       did_you_mean(bad[0], POLICIES))])
+    results, outcomes = run(inputs, plan, opts)
+    closed = plan.predicted.model_dump(mode="json", include=set(CLOSED_FORM_KEYS)) \
+        if plan.predicted else None
+    return {"results": results, "outcomes": outcomes, "closed_form": closed}
+
+
+CLOSED_FORM_KEYS = ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tokens_per_s_per_user_p50",
+                    "tokens_per_s_per_user_p90", "requests_per_s", "prefix_hit_rate")

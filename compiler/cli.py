@@ -5,14 +5,13 @@ imports."""
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler import files, output_dir
+from compiler import files, interrupts, output_dir
 from compiler.load import display_name
 from compiler.perf.commands import add_perf_commands
 from compiler.validate.cli import add_validate_command
@@ -42,7 +41,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             _print_json(api.failed_check(exc))
         _report(exc.diagnostics)
         return exc.exit_code
+    warnings = _pinned_warnings(Path(args.deployment))
+    _report(warnings)
     if args.format == "json":
+        result["diagnostics"] += [d.to_dict() for d in warnings]
         _print_json(result)
         return 0
     print(f"ok: {result['system']}, {result['racks']} rack(s), {result['trays']} trays, "
@@ -58,6 +60,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                             if s["fits"])
             print(f"{f'{group}: ' if group else ''}{role} shapes that fit: {fit or 'none'}")
     return 0
+
+
+def _pinned_warnings(path: Path) -> list[Diagnostic]:
+    """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
+    `compile` report them; a layout the solver chooses is checked by `compile`."""
+    pinned, _ = _predict_pinned(path, "vllm")
+    return pinned[1] if pinned else []
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -78,7 +87,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 
     path = Path(args.config)
     try:
-        text = import_hf(path, display_name(path), args.name)
+        text = import_hf(path, display_name(path), args.name, args.hf_id)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
@@ -139,7 +148,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     try:
         only = _targets_asked(args.targets)
-        output_dir.check_location(Path(args.output), (Path(args.deployment),))
+        read = (Path(args.deployment), *([Path(args.base)] if args.base else []))
+        output_dir.check_location(Path(args.output), read)
         if not args.check:
             output_dir.owned_files(Path(args.output))  # refuse before the work
     except CompileError as exc:
@@ -150,18 +160,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from compiler import api
 
         base = api.read_plan(Path(args.base)) if args.base else None
+        if args.restore and base is None:
+            raise CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, "--restore",
+                                           "--from OLD/plan.yaml with it", "no --from",
+                                           "name the running plan whose GPUs come back")])
         result = _with_progress("compiling", lambda: api.compile(
-            Path(args.deployment), only, emitter, base, args.unavailable))
+            Path(args.deployment), only, emitter, base, args.unavailable, args.restore))
         if args.check:
             return _check_output(Path(args.output), result.artifacts, only is not None)
-        output_dir.write_output(Path(args.output), result.artifacts, result.input_files,
-                                keep_targets=only is not None)
+        output_dir.write_output(Path(args.output), result.artifacts,
+                                (*result.input_files, *read), keep_targets=only is not None)
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
     finally:
         emitter.close()
     plan = result.plan
+    _report(result.warnings)
+    if base is not None:
+        from compiler import incremental
+
+        for line in incremental.survivor_cost(plan, result.fresh_goodput):
+            sys.stderr.write(line + "\n")
     from compiler.preflight import notices
 
     for notice in notices(plan):
@@ -174,7 +194,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return 0
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
-          f"goodput {plan.solver.objective:g} requests/s")
+          f"goodput {plan.predicted.requests_per_s:g} requests/s")
     if base is not None:
         from compiler import incremental
 
@@ -202,36 +222,76 @@ def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) ->
 
 def cmd_predict(args: argparse.Namespace) -> int:
     try:
-        p = None if args.plot else _predict_pinned(Path(args.deployment))
-        if p is None:
+        pinned, systems = (None, []) if args.plot else _predict_pinned(Path(args.deployment),
+                                                                         args.kernels)
+        if pinned is None:
             from compiler import api
 
             result = _with_progress("predicting", lambda: api.compile(
-                Path(args.deployment), ("report",) if args.plot else ()))
+                Path(args.deployment), ("report",) if args.plot else (),
+                kernels=args.kernels))
             if args.plot:
-                files.write_bytes_atomic(Path(args.plot), result.artifacts["report/curve.png"],
+                files.write_text_atomic(Path(args.plot), result.artifacts["report/curve.svg"],
                                          "--plot", result.input_files)
-            p = result.plan.predicted
+            pinned = result.plan.predicted, result.warnings
+            systems = [h.system for h in result.plan.fleet]
     except CompileError as exc:
         _report(exc.diagnostics)
         return exc.exit_code
-    p = p.model_dump(mode="json")
+    _report(pinned[1])
+    p = {**pinned[0].model_dump(mode="json"), "kernels": _kernels_used(systems, args.kernels)}
     if args.format == "json":
         _print_json(p)
         return 0
     for key, value in p.items():
-        if key not in ("instances", "breakdown", "curve", "balance"):
+        if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo",
+                       "simulated"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    k = p["kernels"]
+    what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
+    for c in k["calibration"]:
+        print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
+    sim = p.get("simulated")
+    if sim:
+        _print_simulated(sim)
     return 0
 
 
-def _predict_pinned(path: Path) -> dict | None:
-    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py)."""
-    from compiler.pinned import predict_pinned
+def _print_simulated(sim: dict) -> None:
+    print(f"simulated ({sim['requests']} requests, {sim['workload']}, routing "
+          f"{sim['policy']}, seed {sim['seed']}):")
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        q = sim[key]
+        print(f"  {key}: P50 {q['p50']}, P90 {q['p90']}, P99 {q['p99']}")
+    print(f"  requests_per_s: {sim['requests_per_s']}, prefix_hit_rate: "
+          f"{sim['prefix_hit_rate']}")
+    if sim["disagrees"]:
+        print("  more than 10% from the closed form: " + ", ".join(sim["disagrees"])
+              + " (docs/simulate.md says why)")
 
-    return predict_pinned(path)
+
+def _predict_pinned(path: Path, kernels: str) -> tuple:
+    """A pinned layout is predicted without the solver or the emitters (compiler/pinned.py):
+    ((the prediction, its warnings) or None, the systems it is of)."""
+    from compiler.load import load_inputs
+    from compiler.pinned import predict_loaded
+
+    inputs = load_inputs(path, kernels)
+    return predict_loaded(inputs), [inputs.system.name]
+
+
+def _kernels_used(systems: list[str], kernels: str) -> dict:
+    """Whose measured kernels a prediction used: the calibration file of each system and
+    what its curves were fitted to."""
+    from compiler import catalog
+
+    return {"engine": kernels, "deployed": kernels == catalog.DEPLOYED_KERNELS,
+            "calibration": [{"system": s, "file": catalog.kernels_path(s, kernels).name,
+                             "source": (catalog.calibration(s, kernels) or {}).get(
+                                 "source", "none: datasheet peaks (assumed)")}
+                            for s in dict.fromkeys(systems)]}
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -267,6 +327,65 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 1 if lines else 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from compiler import api
+    from compiler.simulate import report
+    from compiler.simulate.runner import Options
+
+    trace = Path(args.trace) if args.trace else None
+    opts = Options(profile=args.workload, trace=trace,
+                   trace_name=display_name(trace) if trace else "",
+                   requests=args.requests, seed=args.seed,
+                   policies=tuple(p for p in (args.policy or "").split(",") if p),
+                   faults=tuple(f for spec in args.fail or [] for f in spec.split(",") if f),
+                   rate_per_s=args.rate)
+    try:
+        if trace is not None and not trace.is_file():
+            raise CompileError([Diagnostic("error", "E752", display_name(trace), 0, 0,
+                                           "--trace", "a JSON Lines file", "no such file",
+                                           "pass the path of a trace file")])
+        out = _with_progress("simulating", lambda: api.simulate(
+            Path(args.plan), Path(args.deployment), opts))
+        if args.plot:
+            plots = report.plot(out["results"], out["outcomes"])
+            folder = Path(args.plot)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in plots.items():
+                files.write_bytes_atomic(folder / name, data, "--plot")
+    except CompileError as exc:
+        _report(exc.diagnostics)
+        return exc.exit_code
+    except OSError as exc:
+        _report(files.os_error("--plot", args.plot, exc).diagnostics)
+        return 2
+    if args.format == "json":
+        _print_json({"seed": args.seed, "policies": out["results"],
+                     "closed_form": out["closed_form"]})
+        return 0
+    sys.stdout.write(report.render_text(out["results"], out["closed_form"]))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"expected 1 to 10000000, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rackc", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -284,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("config")
     imp.add_argument("-o", "--output")
     imp.add_argument("--name", help="metadata.name of the model (default: from the config)")
+    imp.add_argument("--hf-id", help="the Hugging Face repository vLLM downloads the weights "
+                                     "from, OWNER/NAME (default: the config's _name_or_path; "
+                                     "required when that is absent or a local folder)")
     imp.set_defaults(run=cmd_import_hf)
 
     comp = sub.add_parser("compile", help="solve, place, predict and emit every target")
@@ -301,18 +423,48 @@ def build_parser() -> argparse.ArgumentParser:
                            "their ids and GPUs; print what stops, starts and moves")
     comp.add_argument("--unavailable", metavar="ID[,ID...]",
                       help="failed GPUs (r0-t07-g2), trays (r0-t07) or racks (r3)")
+    comp.add_argument("--restore", metavar="ID[,ID...]",
+                      help="with --from: GPUs, trays or racks the old plan had down that are "
+                           "repaired (running instances stay where they are)")
     comp.set_defaults(run=cmd_compile)
 
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
-    pred.add_argument("--plot", help="write the throughput-interactivity curve (PNG)")
+    pred.add_argument("--plot", help="write the throughput-interactivity curve (SVG)")
+    pred.add_argument("--kernels", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                      help="predict with this engine's measured kernels (a what-if for "
+                           "results measured on SGLang or TRT-LLM; the bundle runs vLLM)")
     pred.set_defaults(run=cmd_predict)
 
     exp = sub.add_parser("explain", help="why a decision in a plan was made")
     exp.add_argument("plan")
     exp.add_argument("path", nargs="?")
     exp.set_defaults(run=cmd_explain)
+
+    sim = sub.add_parser("simulate", help="replay a workload request by request against a "
+                                          "compiled plan")
+    sim.add_argument("plan", help="OUT/plan.yaml")
+    sim.add_argument("--deployment", required=True,
+                     help="the deployment the plan was compiled from (its model, system and "
+                          "workload; the plan's inputs digest must match)")
+    src = sim.add_mutually_exclusive_group()
+    src.add_argument("--workload", choices=("closed", "poisson", "bursty", "agentic"),
+                     help="generator (default: closed loop at the workload's concurrency, or "
+                          "Poisson at the plan's predicted rate in throughput mode)")
+    src.add_argument("--trace", metavar="FILE.jsonl", help="requests from a JSON Lines trace")
+    sim.add_argument("--requests", type=_positive_int, default=10_000)
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--rate", type=_positive_float,
+                     help="requests/s of the open-loop profiles (default: the plan's)")
+    sim.add_argument("--policy", help="routing policies to compare, comma-separated "
+                                      "(kv, round-robin, random, session, least-uncached)")
+    sim.add_argument("--fail", action="append", metavar="ID@T",
+                     help="a GPU, tray or rack fails T seconds in (repeatable)")
+    sim.add_argument("--format", choices=("text", "json"), default="text")
+    sim.add_argument("--plot", metavar="DIR", help="write latency CDFs, hit rate over time "
+                                                   "and per-rank load (PNG) into DIR")
+    sim.set_defaults(run=cmd_simulate)
 
     diff = sub.add_parser("diff", help="what moved between two plans (exit 1 when they differ)")
     diff.add_argument("a")
@@ -323,22 +475,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminated(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds like ^C: staging folders are removed, OUT is untouched
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
-    signal.signal(signal.SIGTERM, _terminated)
+    interrupts.install()  # ^C and SIGTERM unwind: staging is removed, OUT is untouched
     try:
+        args = build_parser().parse_args(argv)
+        run: Callable[[argparse.Namespace], int] = args.run
         return run(args)
     except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
-        sys.stderr.write("rackc: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        sys.stderr.write("rackc: interrupted; nothing was written\n")
+        return exc.exit_code if isinstance(exc, interrupts.Interrupted) else EXIT_INTERRUPTED
     except Exception:  # a bug, not bad input: show where, and say so
         traceback.print_exc()
         sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "

@@ -17,17 +17,29 @@ def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
     if sol.problem.mode == "pinned":
         return Decision(path="objective.shapes", value=value, source="user",
                         why="the pinned instances")
-    if sol.problem.recipe:
-        recipe = inputs.system.engine_shapes
-        return Decision(path="objective.shapes", value=value, source="rule:engine-shapes",
-                        why=f"the engine shapes {inputs.system.name} serves with "
-                            f"({recipe.prefill.source}; {recipe.decode.source})")
+    usable = sum(1 for c in sol.problem.candidates if c.requests_per_s > 0)
+    space = (f"{len(searched)} candidates searched, {usable} of them able to meet the SLO; "
+             f"{sol.counts.status} means over all of them")
     if _given(inputs, "spec", "objective", "shapes"):
         return Decision(path="objective.shapes", value=value, source="user",
-                        why="written in the deployment")
+                        why=f"written in the deployment ({space})")
     return Decision(path="objective.shapes", value=value, source="default",
-                    why="every shape of the model's family that fits (the system's usual "
-                        "engine shapes, if any, could not serve this deployment)")
+                    why=f"every shape that fits, as `rackc check` lists them ({space})")
+
+
+def _layout_decision(inputs: Inputs, sol: Solution) -> Decision:
+    roles = sorted({c.role for c in sol.problem.candidates})
+    value = inputs.deployment.spec.objective.layout
+    if sol.problem.mode == "pinned":
+        return Decision(path="objective.layout", value=value, source="user",
+                        why="the pinned instances' roles: " + ", ".join(roles))
+    source = "user" if _given(inputs, "spec", "objective", "layout") else "default"
+    why = ("latency mode: disaggregated, batch-1 sessions on tensor-parallel decode"
+           if sol.problem.mode == "latency" else
+           "written in the deployment" if source == "user" else
+           "aggregated and disaggregated serving both searched")
+    return Decision(path="objective.layout", value=value, source=source,
+                    why=f"{why} (roles searched: {', '.join(roles)})")
 
 
 def _instance(inputs: Inputs, sol: Solution, inst: Instance) -> list[Decision]:
@@ -59,6 +71,7 @@ def decisions(inputs: Inputs, sol: Solution, instances: list[Instance],
     """`made`: the decisions lower and the host budget took while building the plan."""
     out = [c.decision() for c in inputs.resolved.choices()]
     out.append(_shapes_decision(inputs, sol))
+    out.append(_layout_decision(inputs, sol))
     for inst in instances:
         out += _instance(inputs, sol, inst)
     return sorted(out + made, key=lambda d: d.path)

@@ -1,10 +1,10 @@
 """Run the targets in a forked child process that imports them while the parent solves.
 
 Most of a compile's wall time is importing third-party libraries: OR-Tools (with pandas) for
-the solver, the Kubernetes client and matplotlib for the targets. On a machine with two or more
-cores the child, forked before the parent imports the solver, loads the targets and plotting
-in parallel; once the plan exists it is sent over (pickled), the child emits every target from
-it and sends the files back. The output is the same as emitting in-process.
+the solver, the Kubernetes client for the targets. On a machine with two or more cores the
+child, forked before the parent imports the solver, loads the targets in parallel; once the
+plan exists it is sent over (pickled), the child emits every target from it and sends the
+files back. The output is the same as emitting in-process.
 
 The child never outlives the parent: the kernel kills it when the parent dies (SIGINT,
 SIGTERM, SIGKILL alike, through PR_SET_PDEATHSIG), and `close` kills it if it is still busy.
@@ -32,9 +32,8 @@ def _die_with(parent: int) -> None:
 
 def _serve(conn: Connection, parent: int) -> None:
     _die_with(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt does
-    from matplotlib.figure import Figure  # noqa: F401  (the report target plots with it)
-
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the parent decides what they do, and
+        signal.signal(signum, signal.SIG_IGN)  # the kernel ends the child with the parent
     from compiler.targets_registry import targets
 
     emitters = targets()

@@ -6,6 +6,7 @@ on one filesystem and cannot follow a link someone placed at the temporary's nam
 over the target. On any error the temporary is removed and the target is as it was.
 """
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -36,34 +37,44 @@ def kind_of(mode: int) -> str:
 
 
 def write_text_atomic(path: Path, text: str, flag: str = "-o",
-                      keep: tuple[Path, ...] = ()) -> None:
+                      keep: tuple[Path | str, ...] = ()) -> None:
     write_bytes_atomic(path, text.encode("utf-8"), flag, keep)
 
 
-def write_bytes_atomic(path: Path, data: bytes, flag: str = "-o",
-                       keep: tuple[Path, ...] = ()) -> None:
-    """Write `data` to `path`, replacing only a regular file; `keep` are files (the command's
-    inputs) that must never be overwritten."""
+def check_target(path: Path, flag: str = "-o", keep: tuple[Path | str, ...] = ()) -> int | None:
+    """Refuse `path` as an output when it is not a regular file or is one of `keep` (the
+    command's inputs, also through a hard link); the mode of the file it would replace (None
+    when there is none). Commands call it before their work, and the write calls it again."""
     path = Path(os.path.abspath(path))
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        pass
+        return None
     except OSError as exc:
         raise os_error(flag, path, exc) from None
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise output_error(flag, path, "a new or regular file", kind_of(st.st_mode),
-                               "name a file path; rackc replaces only regular files")
-        if any(k.exists() and os.path.samefile(k, path) for k in keep):
-            raise output_error(flag, path, "a file other than the input", "the input file",
-                               "write the output to a new file")
+    if not stat.S_ISREG(st.st_mode):
+        raise output_error(flag, path, "a new or regular file", kind_of(st.st_mode),
+                           "name a file path; rackc replaces only regular files")
+    for k in keep:
+        with contextlib.suppress(OSError):
+            if os.path.samefile(k, path):
+                raise output_error(flag, path, "a file other than the command's inputs",
+                                   f"the input {k}", "write the output to a new file")
+    return stat.S_IMODE(st.st_mode)
+
+
+def write_bytes_atomic(path: Path, data: bytes, flag: str = "-o",
+                       keep: tuple[Path | str, ...] = ()) -> None:
+    """Write `data` to `path`, replacing only a regular file that is none of `keep`; a
+    replaced file keeps its mode, a new one gets the umask's."""
+    path = Path(os.path.abspath(path))
+    mode = check_target(path, flag, keep)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rackc-tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o666 & ~umask())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~umask())
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

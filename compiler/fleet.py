@@ -67,7 +67,7 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                           else s for n, p in zip(names, renamed, strict=True)
                           for s in p.engram_shards],  # one prefill peer group per group
         "kv_pool": pool,
-        "solver": _solver([p.solver for p in renamed]),
+        "solver": _solver([p.solver for p in renamed], names),
         "predicted": _predicted(fleet, renamed),
         "decisions": _decisions(names, renamed),
         "site": first.site.model_copy(update={  # the deployment's site, every group's pods
@@ -75,7 +75,10 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                            key=lambda pod: pod.instance),
             "mooncake_segment_bytes": dict(sorted(
                 ((k, v) for p in renamed for k, v in p.site.mooncake_segment_bytes.items()),
-                key=lambda kv: _natural(kv[0])))}),
+                key=lambda kv: _natural(kv[0]))),
+            # one timeout for every engine: the slowest group's cold start
+            "model_cache": max((p.site.model_cache for p in renamed),
+                               key=lambda c: c.engine_ready_timeout_s)}),
     })
 
 
@@ -117,7 +120,7 @@ def _renamer(racks: int, nvlinks: int, numbers: dict[str, int]) -> Callable[[str
 
 
 _TEXT = {"form", "system", "node_name", "name", "hf_id", "image", "namespace", "why", "value",
-         "path"}
+         "path", "why_not"}
 
 
 def _walk(x: object, rename: Callable[[str], str]) -> object:
@@ -134,8 +137,9 @@ def _natural(node: str) -> tuple:
     return tuple(int(p[1:]) if p[1:].isdigit() else p for p in node.split("-"))
 
 
-def _solver(infos: list[SolverInfo]) -> SolverInfo:
-    """Goodputs add up (each group serves its own share); the worst status and gap hold."""
+def _solver(infos: list[SolverInfo], names: list[str]) -> SolverInfo:
+    """Goodputs add up (each group serves its own share); the worst status and gap hold; the
+    candidates weighed are each group's, named by group."""
     def phase(ps: list[PhaseSolve]) -> PhaseSolve:
         obj, bound = sum(p.objective for p in ps), sum(p.bound for p in ps)
         return PhaseSolve(status=_status(p.status for p in ps),
@@ -148,7 +152,10 @@ def _solver(infos: list[SolverInfo]) -> SolverInfo:
                       objective=round(sum(s.objective for s in infos), DECIMALS),
                       bound=round(sum(s.bound for s in infos), DECIMALS),
                       seconds=round(sum(s.seconds for s in infos), 3), counts=counts,
-                      placement=placement, racks=[r for s in infos for r in s.racks])
+                      placement=placement, racks=[r for s in infos for r in s.racks],
+                      considered=[c.model_copy(update={"group": n})
+                                  for s, n in zip(infos, names, strict=True)
+                                  for c in s.considered])
 
 
 def _status(statuses) -> str:
@@ -194,6 +201,7 @@ def _predicted(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Predicted | None
         requests_per_s=round(sum(rps), 4),
         prefill_utilisation=by_requests("prefill_utilisation"),
         curve=_curve(ps, gpus),
+        slo=[c for p in ps for c in p.slo],
     )
 
 
@@ -206,6 +214,7 @@ def _curve(ps: list[Predicted], gpus: list[int]) -> list[CurvePoint]:
     return [CurvePoint(
         batch=b,
         tokens_per_s_per_user_p50=min(c[b].tokens_per_s_per_user_p50 for c in by_batch),
+        tokens_per_s_per_user_p90=min(c[b].tokens_per_s_per_user_p90 for c in by_batch),
         output_tokens_per_s_per_gpu=round(sum(c[b].output_tokens_per_s_per_gpu * n for c, n in
                                               zip(by_batch, gpus, strict=True)) / total, 3),
         total_tokens_per_s_per_gpu=round(sum(c[b].total_tokens_per_s_per_gpu * n for c, n in

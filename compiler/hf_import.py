@@ -175,8 +175,32 @@ def _name(data: dict, path: Path) -> str:
     return name or "model"
 
 
-def import_hf(path: Path, file: str, name: str | None = None) -> str:
-    """Model YAML text for the config at `path`; raises CompileError for what it cannot map."""
+# a Hub repository id as vLLM downloads it (huggingface_hub's repo-id rule, in short)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def _hub_id(data: dict, given: str | None, file: str) -> tuple[str, Diagnostic | None]:
+    """The Model's hf_id: `--hf-id`, else the config's `_name_or_path` when it is a Hub id
+    (owner/name; a local folder is not something vLLM can download), else E404."""
+    if given is not None:
+        if _HUB_ID.match(given):
+            return given, None
+        return "", Diagnostic("error", "E404", "<argument>", 0, 0, "--hf-id",
+                              "a Hugging Face repository id OWNER/NAME", shown(given),
+                              "e.g. --hf-id Qwen/Qwen3-8B")
+    saved = data.get("_name_or_path")
+    if isinstance(saved, str) and _HUB_ID.match(saved):
+        return saved, None
+    got = f"_name_or_path {shown(saved)}" if saved is not None else "no _name_or_path"
+    return "", Diagnostic("error", "E404", file, 0, 0, "_name_or_path",
+                          "a Hugging Face repository id (OWNER/NAME) for spec.hf_id", got,
+                          "pass --hf-id OWNER/NAME, the repository vLLM downloads the "
+                          "weights from (e.g. Qwen/Qwen3-8B)")
+
+
+def import_hf(path: Path, file: str, name: str | None = None, hf_id: str | None = None) -> str:
+    """Model YAML text for the config at `path`; raises CompileError for what it cannot map.
+    `hf_id`: the Hub repository to serve (default: the config's `_name_or_path`)."""
     data = _read(path, file)
     archs = data.get("architectures") or []
     if not isinstance(archs, list):
@@ -187,17 +211,18 @@ def import_hf(path: Path, file: str, name: str | None = None) -> str:
         raise _error(file, "E401", "architectures[0]", "a supported architecture", shown(arch),
                      did_you_mean(arch if isinstance(arch, str) else "", ARCHITECTURES))
     c = _Config(data, file)
-    hf_id = c("_name_or_path", None, str) or name or _name(data, path)
+    hf_id, no_id = _hub_id(data, hf_id, file)
     spec = {"architecture": arch, "hf_id": hf_id, "hidden_size": c("hidden_size"),
             "layers": c("num_hidden_layers"), "vocab_size": c("vocab_size"),
             "tie_embeddings": c("tie_word_embeddings", False, bool),
             "max_context_tokens": c("max_position_embeddings")}
     spec.update(ARCHITECTURES[arch](c))
-    if c.problems:
+    if c.problems or no_id:
         raise CompileError([Diagnostic("error", "E402", file, 0, 0, key, expected, got,
                                        f"{arch} configs carry `{key}`" if got == "nothing"
                                        else f"{arch} configs give `{key}` as {expected}")
-                            for key, (expected, got) in sorted(c.problems.items())])
+                            for key, (expected, got) in sorted(c.problems.items())]
+                           + ([no_id] if no_id else []))
     spec["sources"] = {"": f"imported from {path.name} by rackc import-hf"}
     doc = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Model",
            "metadata": {"name": name or _name(data, path)}, "spec": spec}

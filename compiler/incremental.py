@@ -15,6 +15,7 @@ from dataclasses import replace
 from compiler import graph
 from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
+from compiler.precheck import shape_fit_problem
 from compiler.shapes import parse_shape
 from compiler.solve.build import build_problem
 from compiler.solve.counts import solve_counts
@@ -25,13 +26,14 @@ from schemas.rack import Unavailable
 ID = re.compile(r"^r(\d+)(?:-t(\d+)(?:-g(\d+))?)?$")
 
 
-def _bad(got: str, expected: str, hint: str) -> CompileError:
-    return CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, "--unavailable",
+def _bad(got: str, expected: str, hint: str, flag: str = "--unavailable") -> CompileError:
+    return CompileError([Diagnostic("error", "E205", "<argument>", 0, 0, flag,
                                     expected, got, hint)])
 
 
-def parse_ids(text: str, inputs: Inputs) -> list[str]:
-    """GPU ids of `--unavailable`: GPUs `r0-t07-g2`, trays `r0-t07`, racks `r3`."""
+def parse_ids(text: str, inputs: Inputs, flag: str = "--unavailable") -> list[str]:
+    """GPU ids of `--unavailable` (or `--restore`): GPUs `r0-t07-g2`, trays `r0-t07`, racks
+    `r3`."""
     racks, trays = layout(inputs.hardware, inputs.system)
     per = inputs.system.gpus_per_tray
     out: list[str] = []
@@ -39,26 +41,47 @@ def parse_ids(text: str, inputs: Inputs) -> list[str]:
         m = ID.match(item)
         if not m:
             raise _bad(repr(item), "a GPU r0-t07-g2, a tray r0-t07 or a rack r3",
-                       "use the ids of plan.yaml (hardware.trays)")
+                       "use the ids of plan.yaml (hardware.trays)", flag)
         r, t, g = (int(x) if x is not None else None for x in m.groups())
         if r >= racks or (t is not None and t >= trays) or (g is not None and g >= per):
             raise _bad(repr(item), f"an id within r<0..{racks - 1}>-t<00..{trays - 1:02d}>-"
-                       f"g<0..{per - 1}>", "the hardware has no such rack, tray or GPU")
+                       f"g<0..{per - 1}>", "the hardware has no such rack, tray or GPU", flag)
         for tt in [t] if t is not None else range(trays):
             out += [graph.gpu_id(r, tt, g)] if g is not None else \
                 [graph.gpu_id(r, tt, k) for k in range(per)]
     return out
 
 
-def with_failures(inputs: Inputs, base: Plan | None, failed: list[str]) -> Inputs:
-    """The inputs with the failed GPUs (and those the old plan already had down) unavailable;
-    the digest covers them."""
+def down_in_file(inputs: Inputs) -> set[str]:
+    """The GPUs the Rack/Cluster file itself marks unavailable (its trays' and its GPUs)."""
+    _, trays = layout(inputs.hardware, inputs.system)
+    down = inputs.hardware.spec.unavailable
+    return {*down.gpus, *(graph.gpu_id(i // trays, i % trays, k) for i in down.trays
+                          for k in range(inputs.system.gpus_per_tray))}
+
+
+def with_failures(inputs: Inputs, base: Plan | None, failed: list[str],
+                  restored: list[str] = ()) -> Inputs:
+    """The inputs with the failed GPUs (and those the old plan already had down, less the
+    `restored` ones: repaired) unavailable; the digest covers them. Restoring a GPU the file
+    itself marks down, or leaving no GPU up, is the argument's fault (E205)."""
     old = base.hardware.unavailable_gpus if base is not None else []
     spec = inputs.hardware.spec
-    have = set(spec.unavailable.gpus)
-    extra = sorted({g for g in [*old, *failed] if g not in have}, key=graph._natural)
+    in_file = down_in_file(inputs)
+    kept_down = sorted(set(restored) & in_file, key=graph._natural)
+    if kept_down:
+        raise _bad(f"{kept_down[0]}, which {inputs.sources['hardware'].file} marks unavailable",
+                   "a GPU the old plan had down",
+                   "remove it from the file's spec.unavailable instead", "--restore")
+    extra = sorted({g for g in [*old, *failed] if g not in in_file} - set(restored),
+                   key=graph._natural)
     if not extra:
         return inputs
+    racks, trays = layout(inputs.hardware, inputs.system)
+    if len(in_file | set(extra)) >= racks * trays * inputs.system.gpus_per_tray > len(in_file):
+        flag = "--unavailable" if failed else "--from"
+        raise _bad(f"every GPU down ({len(set(extra))} by {flag})", "at least one GPU left up",
+                   "drop ids from --unavailable, or --restore repaired ones", flag)
     down = Unavailable(trays=list(spec.unavailable.trays), gpus=[*spec.unavailable.gpus, *extra])
     hardware = inputs.hardware.model_copy(
         update={"spec": spec.model_copy(update={"unavailable": down})})
@@ -76,6 +99,22 @@ def check_base(base: Plan, inputs: Inputs, g) -> None:
             f"a plan of this hardware ({inputs.system.name}, {len(want)} trays)",
             f"{base.hardware.system}, {len(have)} trays",
             "pass the plan.yaml compiled from this deployment")])
+
+
+def check_kept(base: Plan, inputs: Inputs, pre, g) -> None:
+    """Every instance the old plan runs on hardware still up must be one this deployment could
+    run: a hand-edited shape (a TP1 of a model that needs eight GPUs, stages for decode) is
+    refused, not kept."""
+    up = set(graph.available_gpus(g))
+    for n, i in enumerate(base.instances):
+        if not up.issuperset(i.gpus):
+            continue
+        problem, ok = shape_fit_problem(inputs, list(pre.fits), i.role, i.shape, len(up))
+        if problem:
+            raise CompileError([Diagnostic(
+                "error", "E704", "<argument>", 0, 0, f"--from instances[{n}] ({i.id})",
+                f"a {i.role} shape this deployment runs ({', '.join(sorted(ok)[:4])})",
+                f"{i.shape}: {problem}", "pass the plan.yaml rackc compiled, not an edited one")])
 
 
 def kept(base: Plan, g) -> list[Kept]:
@@ -156,6 +195,22 @@ def changes(a: Plan, b: Plan) -> list[str]:
 
 METRICS = ("goodput_requests_per_s", "tokens_per_s_per_user_p90", "ttft_ms_p90",
            "total_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu", "prefix_hit_rate")
+
+
+SURVIVOR_COST = 0.03  # goodput given up for keeping instances in place, beyond which we say so
+
+
+def survivor_cost(plan: Plan, fresh: float | None) -> list[str]:
+    """A warning, printed before the changes, when keeping the running instances where they
+    are reaches more than SURVIVOR_COST less goodput than a fresh layout would."""
+    kept = plan.solver.objective
+    if not fresh or kept >= fresh * (1 - SURVIVOR_COST):
+        return []
+    return [f"warning: keeping the running instances in place gives {kept:g} requests/s; a "
+            f"fresh layout (moving instances) would give {fresh:g} "
+            f"(keeping them costs {(fresh - kept) / fresh:.0%})",
+            "  hint: compile without --from (and with the failed hardware under the file's "
+            "spec.unavailable) for the fresh layout; both are printed below"]
 
 
 def metrics(a: Plan, b: Plan, fresh: float | None = None) -> list[str]:

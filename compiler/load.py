@@ -35,6 +35,7 @@ class Inputs:
     sources: dict[str, SourceMap]  # "deployment" | "hardware" | "model" -> its source map
     resolved: Resolved  # every default and catalog choice (compiler.resolve)
     files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
+    kernels: str = catalog.DEPLOYED_KERNELS  # whose measured kernels the perf model uses
 
     @property
     def model_name(self) -> str:
@@ -73,9 +74,9 @@ def _read_ref(base: Path, src: SourceMap, field: str,
                      f"{problem.hint}; paths are relative to {src.file}")
 
 
-def load_inputs(deployment_path: Path) -> Inputs:
+def load_inputs(deployment_path: Path, kernels: str = catalog.DEPLOYED_KERNELS) -> Inputs:
     """The inputs of a deployment on one system (a mixed fleet: load_fleet)."""
-    fleet = load_fleet(deployment_path)
+    fleet = load_fleet(deployment_path, kernels)
     if len(fleet) > 1:
         raise CompileError([Diagnostic(
             "error", "E210", display_name(deployment_path), 0, 0, "spec.rack",
@@ -84,10 +85,13 @@ def load_inputs(deployment_path: Path) -> Inputs:
     return fleet[0]
 
 
-def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
+def load_fleet(deployment_path: Path,
+               kernels: str = catalog.DEPLOYED_KERNELS) -> tuple[Inputs, ...]:
     """One Inputs per group of a mixed-fleet Cluster (one for a Rack or a one-system Cluster),
     each with its own system, hardware and resolved choices. A group's hardware is a Cluster
-    named after the group; its workload is the deployment's, scaled by its share of the GPUs."""
+    named after the group; its workload is the deployment's, scaled by its share of the GPUs.
+    `kernels`: whose measured kernel tables the perf model predicts with (`predict
+    --kernels`, a what-if: the bundle runs vLLM whatever it is)."""
     try:
         raw = read_regular(deployment_path)
     except FileProblem as problem:
@@ -129,6 +133,7 @@ def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
     model_path = Path(os.path.realpath(base / dep.spec.model)) if model_src.file != dsrc.file and \
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
+    _check_kernels(kernels, [system for _, _, system in units])
     gpus = [_gpus(hw, system) for hw, _, system in units]
     out = []
     for (hw, hsrc, system), share in zip(units, gpus, strict=True):
@@ -137,8 +142,24 @@ def load_fleet(deployment_path: Path) -> tuple[Inputs, ...]:
         resolved = resolve(d, hw, model, system, sources, digest)
         _check_block_size(d, resolved, dsrc)
         out.append(Inputs(d, hw, model, system, catalog.workload(d.spec.workload.profile),
-                          sources, resolved, files))
+                          sources, resolved, files, kernels))
     return tuple(out)
+
+
+def _check_kernels(kernels: str, systems: list[System]) -> None:
+    """Another engine's kernels exist only where its tables were converted for the system."""
+    missing = sorted({s.name for s in systems if catalog.calibration(s.name, kernels) is None})
+    if kernels == catalog.DEPLOYED_KERNELS or not missing:
+        return
+    have = [k for k in catalog.KERNEL_SOURCES
+            if all(catalog.calibration(n, k) is not None for n in missing)]
+    raise CompileError([Diagnostic(
+        "error", "E606", "<argument>", 0, 0, "--kernels",
+        f"an engine whose measured kernels rackc has for {', '.join(missing)}: "
+        f"{', '.join(have)}", kernels,
+        f"predict with {' or '.join(have)}; for a system AIConfigurator measured, `rackc "
+        f"calibrate --system {missing[0]} --from-aiconfigurator --framework {kernels} -o "
+        f"{catalog.kernels_path(missing[0], kernels).name}` converts its tables")])
 
 
 def _gpus(hw: RackV1 | ClusterV1, system: System) -> int:
@@ -347,6 +368,25 @@ def node_name(hw: RackV1 | ClusterV1, rack: int, tray: int, index: int) -> str:
     if spec.node_names:
         return spec.node_names[index]
     return spec.node_name_template.format(name=hw.metadata.name, rack=rack, tray=tray)
+
+
+def invented_node_names(inputs: "Inputs") -> list[Diagnostic]:
+    """W512 when the manifest names no Kubernetes nodes (neither `node_names` nor
+    `node_name_template`): the bundle pins pods to names rackc made up from the default
+    template, which a real cluster rarely has."""
+    src = inputs.sources["hardware"]
+    given = {("spec", "node_names"), ("spec", "node_name_template")}
+    if any(path[:2] in given for path in src.values):
+        return []
+    path = ("spec", "node_names")
+    pos = src.locate(("spec",))
+    example = node_name(inputs.hardware, 0, 0, 0)
+    return [Diagnostic(
+        "warning", "W512", src.file, pos.line, pos.column, format_path(path),
+        "the Kubernetes node name of each tray (node_names or node_name_template)",
+        f"neither: pods are pinned to names from the default template, e.g. {example!r}",
+        "list spec.node_names (one per tray) or set spec.node_name_template to your "
+        "cluster's naming before `kubectl apply`")]
 
 
 def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,

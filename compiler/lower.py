@@ -8,6 +8,7 @@ from compiler.host_memory import host_memory
 from compiler.load import Inputs
 from compiler.memory import all2all_of, offload_gib
 from compiler.plan import (
+    Considered,
     Decision,
     DomainMemory,
     EngramShard,
@@ -224,7 +225,11 @@ def _solver(sol: Solution) -> SolverInfo:
                              bound=round(p.bound, DECIMALS),
                              gap=max((r.gap for r in racks), default=0.0),
                              seconds=p.deterministic_seconds),
-        racks=racks)
+        racks=racks,
+        considered=[Considered(role=x.role, shape=x.shape.name, gpus=x.shape.gpus,
+                               requests_per_s=round(x.requests_per_s, DECIMALS),
+                               max_batch=x.max_batch, step_ms=round(x.step_us / 1e3, 3),
+                               why_not=x.why_not) for x in sol.problem.candidates])
 
 
 def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:

@@ -10,8 +10,10 @@ that holds an input file.
 
 Replacing is one `renameat2(RENAME_EXCHANGE)` of a fully written staging folder with OUT (so
 OUT is never missing), falling back to two renames with the old OUT restored if the second
-fails. A lock file beside OUT serialises concurrent compiles into one OUT; staging folders of
-processes that died are swept under that lock.
+fails. A lock on OUT's parent folder serialises concurrent compiles into one OUT; staging
+folders (marked with their process id and a random token) of processes that were killed are
+swept under that lock. Nothing is left beside OUT when a run ends, however it ends short of
+SIGKILL.
 """
 
 import contextlib
@@ -21,15 +23,17 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
+from compiler import interrupts
 from compiler.files import kind_of, os_error, output_error, umask
 
 MANIFEST = ".rackc-manifest.json"
+STAGE_MARKER = ".rackc-staging"
 FORMAT = "rackc-output/1"
 FLAG = "-o"
 PSEUDO_FILESYSTEMS = (Path("/dev"), Path("/proc"), Path("/sys"))
@@ -91,23 +95,34 @@ def check_location(out: Path, inputs: tuple[Path, ...] = ()) -> Path:
     return real
 
 
-def _listing(out: Path) -> tuple[dict[str, str], list[str]]:
-    """Files below OUT (relative path -> sha256), and what is neither a file nor a folder."""
+def listing(out: Path) -> tuple[dict[str, str], list[str], set[str]]:
+    """Files below OUT (relative path -> sha256), what is neither a file nor a folder, and the
+    folders. Nothing but regular files is opened (a FIFO would block the read)."""
     files: dict[str, str] = {}
     odd: list[str] = []
+    folders: set[str] = set()
     for root, dirs, names in os.walk(out):
         for name in sorted(dirs + names):
             path = Path(root) / name
             rel = path.relative_to(out).as_posix()
             st = os.lstat(path)
             if stat.S_ISREG(st.st_mode):
-                files[rel] = _sha256(path.read_bytes())
-            elif not stat.S_ISDIR(st.st_mode):
+                with open(path, "rb") as f:  # streamed: a huge file costs no memory
+                    files[rel] = hashlib.file_digest(f, "sha256").hexdigest()
+            elif stat.S_ISDIR(st.st_mode):
+                folders.add(rel)
+            else:
                 odd.append(f"{rel} ({kind_of(st.st_mode)})")
-    return files, odd
+    return files, odd, folders
 
 
-def _read_manifest(out: Path) -> dict[str, str] | None:
+def folders_of(files: Iterable[str]) -> set[str]:
+    """The folders that hold `files` (what rackc creates for them)."""
+    return {p.as_posix() for rel in files for p in PurePosixPath(rel).parents
+            if p != PurePosixPath(".")}
+
+
+def read_manifest(out: Path) -> dict[str, str] | None:
     try:
         with open(out / MANIFEST, "rb") as f:
             data = json.loads(f.read(1 << 24))
@@ -138,11 +153,13 @@ def _inventory(out: Path, shown: Path) -> tuple[dict[str, str] | None, dict[str,
     try:
         if not any(os.scandir(out)):
             return None
-        manifest = _read_manifest(out)
-        files, odd = _listing(out)
+        manifest = read_manifest(out)
+        files, odd, folders = listing(out)
     except OSError as exc:
         raise os_error(FLAG, shown, exc) from None
     files.pop(MANIFEST, None)
+    if manifest is not None:  # a folder rackc did not make (even an empty one) is not its own
+        odd += [f"{rel}/ (a folder)" for rel in sorted(folders - folders_of(manifest))]
     if manifest is None:
         raise _refuse(shown, "a new, empty or rackc-written folder",
                       f"a folder rackc did not write (no {MANIFEST}), holding "
@@ -159,16 +176,21 @@ def owned_files(out: Path, shown: Path | None = None) -> dict[str, str] | None:
     if found is None:
         return None
     manifest, files, odd = found
-    extra = sorted(set(files) - set(manifest)) + odd
-    changed = sorted(k for k in files if k in manifest and files[k] != manifest[k])
-    missing = sorted(set(manifest) - set(files))
-    if extra or changed or missing:
-        got = "; ".join(f"{label} {_shown(names)}" for label, names in (
-            ("files rackc did not write:", extra), ("files changed since:", changed),
-            ("files removed since:", missing)) if names)
+    drift = drifted(manifest, files)
+    drift["files rackc did not write:"] += odd
+    if any(drift.values()):
+        got = "; ".join(f"{label} {_shown(names)}" for label, names in drift.items() if names)
         raise _refuse(shown, "a folder exactly as rackc wrote it", got,
                       "move what you want to keep out of it, or name a new folder")
     return files
+
+
+def drifted(manifest: dict[str, str], files: dict[str, str]) -> dict[str, list[str]]:
+    """How the files on disk differ from what the manifest lists, by kind of difference."""
+    return {"files rackc did not write:": sorted(set(files) - set(manifest)),
+            "files changed since:": sorted(k for k in files
+                                           if k in manifest and files[k] != manifest[k]),
+            "files removed since:": sorted(set(manifest) - set(files))}
 
 
 def _writable_tree(out: Path, shown: Path) -> None:
@@ -225,21 +247,53 @@ def _stage_prefix(out: Path) -> str:
     return f".{out.name}.rackc-stage."
 
 
+def _marker_text(pid: int, token: str) -> str:
+    return f"rackc staging {pid} {token}\n"
+
+
+def _ours_and_dead(entry: os.DirEntry, prefix: str) -> bool:
+    """A staging folder rackc made (its name's pid and token written in its marker file)
+    whose process has died. A folder of the same name without that marker is never touched."""
+    pid, _, token = entry.name[len(prefix):].partition(".")
+    if not (pid.isdigit() and token) or not entry.is_dir(follow_symlinks=False):
+        return False
+    try:
+        marker = os.path.join(entry.path, STAGE_MARKER)
+        if not stat.S_ISREG(os.lstat(marker).st_mode):
+            return False
+        with open(marker, encoding="utf-8") as f:
+            written = f.read(200)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return written == _marker_text(int(pid), token) and not _alive(int(pid))
+
+
 def _sweep(out: Path) -> None:
-    """Remove staging folders beside OUT left by compiles whose process has died."""
+    """Remove staging folders beside OUT left by compiles whose process was killed (SIGKILL,
+    a power cut: every other end removes its own)."""
     prefix = _stage_prefix(out)
     for entry in os.scandir(out.parent):
-        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
-            continue
-        pid = entry.name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if entry.name.startswith(prefix) and _ours_and_dead(entry, prefix):
             shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _new_staging(out: Path) -> Path:
+    """`.OUT.rackc-stage.PID.TOKEN/` holding the marker and `out/`, the new OUT being built:
+    the swap exchanges `out/` with OUT, so the marker stays until the whole folder goes."""
+    token = secrets.token_hex(8)
+    staging = out.parent / f"{_stage_prefix(out)}{os.getpid()}.{token}"
+    staging.mkdir(mode=0o700)
+    with open(staging / STAGE_MARKER, "x", encoding="utf-8") as f:
+        f.write(_marker_text(os.getpid(), token))
+    (staging / "out").mkdir(mode=0o777 & ~umask())
+    return staging
 
 
 @contextlib.contextmanager
 def _locked(out: Path) -> Iterator[None]:
-    lock = out.parent / f".{out.name}.rackc-lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    """Serialise writers of OUT by a lock on OUT's parent folder itself, so that nothing is
+    left beside OUT when the run ends."""
+    fd = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -274,35 +328,35 @@ def _fill(staging: Path, artifacts: dict[str, bytes]) -> None:
         f.write(manifest_text(artifacts))
 
 
-def _swap_in(staging: Path, out: Path, replacing: bool) -> None:
+def _swap_in(new: Path, out: Path, replacing: bool) -> None:
     if not replacing:
-        os.rename(staging, out)  # onto nothing, or onto an empty folder
+        os.rename(new, out)  # onto nothing, or onto an empty folder
         return
-    if _exchange(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the old OUT
-        return
-    old = staging.with_name(staging.name + ".old")
+    if _exchange(new, out):
+        return  # `new` now holds the old OUT, removed with its staging folder
+    old = new.with_name("old")
     os.rename(out, old)
     try:
-        os.rename(staging, out)
+        os.rename(new, out)
     except BaseException:
         os.rename(old, out)
         raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_output(out: Path, artifacts: dict[str, str | bytes], inputs: tuple[Path, ...] = (),
                  keep_targets: bool = False) -> None:
     """Write `artifacts` as OUT, atomically. With `keep_targets`, files of targets that
     `artifacts` does not cover are carried over from the old OUT (a `--targets` subset never
-    deletes the others)."""
+    deletes the others). An interrupt (SIGINT, SIGTERM) before the swap leaves OUT as it was
+    and removes everything this call made; one that comes later waits until the swap is done
+    and the staging folder gone."""
     shown, out = out, check_location(out, inputs)
     data = {rel: _encode(c) for rel, c in artifacts.items()}
     made: list[Path] = []
     staging: Path | None = None
-    done = False
     try:
-        made = _make_parents(out.parent)
+        with interrupts.held():
+            made = _make_parents(out.parent)
         with _locked(out):
             _sweep(out)
             old = owned_files(out, shown)
@@ -312,18 +366,24 @@ def write_output(out: Path, artifacts: dict[str, str | bytes], inputs: tuple[Pat
                     covered = {target_of(rel) for rel in data}
                     data.update({rel: (out / rel).read_bytes() for rel in old
                                  if target_of(rel) not in covered})
-            staging = Path(tempfile.mkdtemp(prefix=f"{_stage_prefix(out)}{os.getpid()}.",
-                                            dir=out.parent))
-            os.chmod(staging, 0o777 & ~umask())
-            _fill(staging, dict(sorted(data.items())))
-            _swap_in(staging, out, replacing=out.exists())
-            done = True
+            with interrupts.held():
+                staging = _new_staging(out)
+            _fill(staging / "out", dict(sorted(data.items())))
+            with interrupts.held():
+                if interrupts.pending():
+                    return  # the interrupt is raised when the signals are let through
+                _swap_in(staging / "out", out, replacing=out.exists())
+                made = []
+                shutil.rmtree(staging, ignore_errors=True)
+                staging = None
+                interrupts.forget()  # OUT is new: the command finishes (exit 0)
     except OSError as exc:
         raise os_error(FLAG, shown, exc) from None
     finally:
-        if not done:
+        with interrupts.held():
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             for p in reversed(made):
                 with contextlib.suppress(OSError):
                     p.rmdir()
+

@@ -11,28 +11,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.load import layout, load_inputs
-from compiler.perf.capacity import pinned_candidate
-from compiler.perf.predict import grouped_layouts, operating_point, pool_tokens, workload
-from compiler.perf.serving import prefix_hit_rate
 from compiler.precheck import precheck_counts
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError
 
 if TYPE_CHECKING:
+    from compiler.load import Inputs
     from compiler.plan import Predicted
+    from schemas.diagnostics import Diagnostic
 
 
-def predict_pinned(deployment: Path) -> "Predicted | None":
-    """The plan's `predicted` block for a pinned deployment, as `compile` computes it; None
+def predict_pinned(deployment: Path, kernels: str = "vllm"
+                   ) -> "tuple[Predicted, list[Diagnostic]] | None":
+    """predict_loaded of the deployment's inputs; `kernels`: whose measured kernels to
+    predict with (compiler.load.load_fleet)."""
+    return predict_loaded(load_inputs(deployment, kernels))
+
+
+def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | None":
+    """The plan's `predicted` block for a pinned deployment, as `compile` computes it, and its
+    warnings about the layout (W510, W511); None
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
-    inputs = load_inputs(deployment)
     objective = inputs.deployment.spec.objective
     unavailable = inputs.hardware.spec.unavailable
     if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \
             or inputs.resolved.kv_pool_dram.value:
         return None
+    from compiler import prediction  # the perf model: only for a pinned layout (`check`)
+    from compiler.perf.capacity import pinned_candidate
+    from compiler.perf.predict import grouped_layouts, pool_tokens, workload
+    from compiler.perf.serving import prefix_hit_rate
+
     racks, trays = layout(inputs.hardware, inputs.system)
     available = racks * trays * inputs.system.gpus_per_tray  # none marked unavailable
     pre = precheck_counts(inputs, available)
@@ -52,4 +63,6 @@ def predict_pinned(deployment: Path) -> "Predicted | None":
             c = found[(e.role, shape.name)] = pinned_candidate(
                 inputs, e.role, shape, w, hit, guess, e.max_batch, e.max_batched_tokens)
         instances += [(e.role, shape.name, c.max_batch, c.max_batched_tokens)] * e.count
-    return operating_point(inputs, grouped_layouts(instances), None)
+    grouped = grouped_layouts(instances)
+    metrics = prediction.predict(inputs, grouped, available)
+    return metrics, prediction.warnings(inputs, grouped, metrics)

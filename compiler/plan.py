@@ -5,13 +5,18 @@ this machine or absolute paths, so the same inputs give a byte-identical `plan.y
 Targets import this module only.
 """
 
+import re
+from dataclasses import replace
 from functools import cached_property
 from typing import ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
-from schemas.source import checked_events
+from compiler.shapes import parse_shape
+from schemas.diagnostics import CompileError, Diagnostic
+from schemas.source import Document, checked_events, format_path, load_yaml_text
+from schemas.validate import to_diagnostics
 
 PLAN_API = "rackc.dev/v1alpha1"
 PLAN_MAX_BYTES = 32 << 20  # the plan.yaml of 64 Vera Rubin NVL72 racks is 2.1 MiB
@@ -194,6 +199,21 @@ class RackSolve(Frozen):
     gap: float
 
 
+class Considered(OmitsOptional):
+    """One engine shape the counts phase weighed for a role: what one instance sustains at the
+    SLO (compiler/perf/capacity.py), or why it cannot serve."""
+
+    OPTIONAL = ("why_not", "group")
+    role: Role
+    shape: str
+    gpus: int
+    requests_per_s: float  # one instance, at the SLO; 0 when it cannot meet it
+    max_batch: int  # decode: requests per DP rank at the SLO; prefill: sequences per step
+    step_ms: float
+    why_not: str = ""  # empty: usable
+    group: str | None = None  # a mixed fleet's group
+
+
 class SolverInfo(Frozen):
     status: str  # OPTIMAL when both phases are
     objective: float  # goodput, requests/s
@@ -202,6 +222,7 @@ class SolverInfo(Frozen):
     counts: PhaseSolve
     placement: PhaseSolve
     racks: list[RackSolve]
+    considered: list[Considered]  # every candidate of the counts phase, in its order
 
 
 class Images(Frozen):
@@ -310,6 +331,7 @@ class Parsers(Frozen):
 class CurvePoint(Frozen):
     batch: int
     tokens_per_s_per_user_p50: float
+    tokens_per_s_per_user_p90: float
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
 
@@ -333,7 +355,44 @@ class PredictedGroup(Frozen):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
-class Predicted(Frozen):
+class SloCheck(Frozen):
+    """One SLO of the deployment against the prediction (compiler/prediction.py)."""
+
+    field: str  # the deployment's field, e.g. slo.tokens_per_s_per_user_p90
+    target: float
+    predicted: float
+    met: bool
+
+
+class Percentiles(Frozen):
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class Simulated(Frozen):
+    """A short deterministic run of `rackc simulate` over the plan at compile time (its
+    steady state: the middle of the run); `disagrees` names the closed-form figures it is
+    more than 10% away from."""
+
+    requests: int
+    seed: int
+    workload: str  # closed | poisson
+    policy: str
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    tokens_per_s_per_user_p50: float | None
+    tokens_per_s_per_user_p90: float | None
+    requests_per_s: float
+    prefix_hit_rate: float
+    disagrees: list[str]
+
+
+class Predicted(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("simulated",)
+
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
     tokens_per_s_per_user_p50: float
@@ -350,6 +409,8 @@ class Predicted(Frozen):
     curve: list[CurvePoint]
     # why the counts (compiler/balance.py): the binding role, what spare instances buy
     balance: dict[str, str | int | float] | None = None
+    slo: list[SloCheck] = []  # each SLO the deployment states, met or missed
+    simulated: Simulated | None = None  # compiler.simulate's short run (absent: none made)
 
 
 class Decision(Frozen):
@@ -478,10 +539,94 @@ def dump_plan(plan: Plan) -> str:
 
 
 def load_plan(text: str, file: str = "plan.yaml") -> Plan:
-    """A plan from its text: the input loader's event checks first (no aliases, tags or deep
-    nesting; CompileError), then libyaml and the Plan model (ValueError)."""
+    """A plan from its text, or CompileError (E701, at the line of the field): the input
+    loader's event checks (no aliases, tags or deep nesting), libyaml, the Plan model, then
+    what the model alone cannot say (`consistency`). A plan read back is an input like any
+    other: `compile --from` keeps its instances where they run."""
     checked_events(text, file, _LOADER)
-    return Plan.model_validate(yaml.load(text, Loader=_LOADER))
+    data = yaml.load(text, Loader=_LOADER)
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        doc = load_yaml_text(text, file)  # parsed again, slowly, only to place the errors
+        raise CompileError(_hinted(to_diagnostics(exc, doc, Plan))) from None
+    problems = consistency(plan)
+    if problems:
+        doc = load_yaml_text(text, file)
+        raise CompileError([_diagnostic(doc, *p) for p in problems[:20]])
+    return plan
+
+
+def _hinted(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return [replace(d, code="E701", hint=d.hint or "pass OUT/plan.yaml as rackc compile wrote it")
+            for d in diagnostics[:20]]
+
+
+def _diagnostic(doc: Document, path: tuple, expected: str, got: str, hint: str) -> Diagnostic:
+    pos = doc.source.locate(path)
+    return Diagnostic("error", "E701", doc.source.file, pos.line, pos.column, format_path(path),
+                      expected, got, hint)
+
+
+INSTANCE_ID = re.compile(r"^(prefill|decode|aggregated)-(\d{1,9})$")
+EDITED = "rackc wrote this plan otherwise; pass OUT/plan.yaml as rackc compile wrote it"
+
+
+def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
+    """(field path, expected, got, hint) of each way the plan contradicts itself: instance
+    ids unique and of their role, each instance's GPUs known to the hardware, in its trays,
+    used by no other instance and as many as its shape runs on."""
+    problems = []
+    tray_of: dict[str, str] = {}
+    for t, tray in enumerate(plan.hardware.trays):
+        for k, gpu in enumerate(tray.gpus):
+            if tray_of.setdefault(gpu, tray.id) != tray.id:
+                problems.append((("hardware", "trays", t, "gpus", k), "GPU ids unique",
+                                 f"{gpu} a second time", EDITED))
+    groups = {g.name for g in plan.hardware.groups} if isinstance(plan.hardware, Fleet) else set()
+    ids: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for n, i in enumerate(plan.instances):
+        at = ("instances", n)
+        m = INSTANCE_ID.match(i.id)
+        if not m or m[1] != i.role:
+            problems.append(((*at, "id"), f"`{i.role}-NN` (its role, a number)", repr(i.id),
+                             EDITED))
+        if i.id in ids:
+            problems.append(((*at, "id"), "each instance id once",
+                             f"{i.id} again (instances[{ids[i.id]}] has it)",
+                             "two instances would share one launch folder; give one a new id"))
+        ids.setdefault(i.id, n)
+        shape = parse_shape(i.shape)
+        if shape is None:
+            problems.append(((*at, "shape"), "an engine shape (DEP8, TP8, TP8EP8, TP4PP2)",
+                             repr(i.shape), EDITED))
+        elif (shape.gpus, shape.dp, shape.tp, shape.ep, shape.pp) != (
+                len(i.gpus), i.dp, i.tp, i.ep, i.pp):
+            problems.append(((*at, "shape"), f"{shape.gpus} GPUs, dp {shape.dp}, tp {shape.tp}, "
+                             f"ep {shape.ep}, pp {shape.pp} (its shape {i.shape})",
+                             f"{len(i.gpus)} GPUs, dp {i.dp}, tp {i.tp}, ep {i.ep}, pp {i.pp}",
+                             EDITED))
+        if i.group is not None and i.group not in groups:
+            problems.append(((*at, "group"), "a group of the plan's fleet" if groups
+                             else "no group (a one-system plan)", repr(i.group), EDITED))
+        for k, gpu in enumerate(i.gpus):
+            if gpu not in tray_of:
+                problems.append(((*at, "gpus", k), "a GPU of hardware.trays", repr(gpu),
+                                 "the plan's hardware has no such GPU"))
+            elif gpu in owner:
+                problems.append(((*at, "gpus", k), "a GPU of one instance",
+                                 f"{gpu}, also {owner[gpu]}'s", EDITED))
+            owner.setdefault(gpu, i.id)
+        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=_natural)
+        if sorted(i.trays, key=_natural) != trays:
+            problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
+                             ", ".join(i.trays) or "none", EDITED))
+    return problems
+
+
+def _natural(text: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -113,7 +113,7 @@ def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Di
     src = inputs.sources["deployment"]
     out = []
     for where, role, name in named:
-        problem, ok = _shape_fit_problem(inputs, fits, role, name, available)
+        problem, ok = shape_fit_problem(inputs, fits, role, name, available)
         if problem:
             path = ("spec", "objective", *where)
             pos = src.locate(path)
@@ -134,7 +134,7 @@ def pool_problem(inputs: Inputs) -> str | None:
             "kv_pool.dram: false or use a shape without PPm")
 
 
-def _shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str,
+def shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str,
                        available: int) -> tuple[str | None, set[str]]:
     """Why the shape `name` cannot serve `role`, or None; and the shapes that could."""
     asked, role = role, "decode" if role == "aggregated" else role

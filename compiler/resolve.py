@@ -196,6 +196,21 @@ def _user(src: SourceMap, path: str, value, why_default: str) -> Choice:
     return Choice(path, value, "default", why_default)
 
 
+def _pool_field(src: SourceMap, pool, name: str, value, why_absent: str) -> Choice:
+    """A serving.kv_pool field: the user's only where written (a kv_pool block that leaves
+    a field out takes the schema's default, which is not the user's choice)."""
+    path = f"kv_pool.{name}"
+    if pool is None:
+        return Choice(path, value, "default", why_absent)
+    if _given(src, "spec", "serving", "kv_pool", name):
+        return Choice(path, value, "user", "written in the deployment")
+    field = type(pool).model_fields[name]
+    return Choice(path, value, "default",
+                  f"the schema's default ({field.description or name}: {field.default:g})"
+                  if isinstance(field.default, float) else
+                  f"the schema's default ({field.default}) under the deployment's kv_pool")
+
+
 def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
             sources: dict[str, SourceMap], digest: str) -> Resolved:
     s, m, hw = dep.spec.serving, model.spec, hardware.spec
@@ -228,12 +243,12 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         engram_decode=Choice("engram.decode", _engram_kind(model, s.engram_placement), "catalog",
                              "sharded over the instance's own ranks "
                              f"({engines.vllm.engram.shard_across_instances.source})"),
-        kv_pool_dram=Choice("kv_pool.dram", bool(pool and pool.dram),
-                            "user" if pool else "default",
-                            "written in the deployment" if pool else "no kv_pool: no store"),
+        kv_pool_dram=_pool_field(src, pool, "dram", bool(pool and pool.dram),
+                                 "no kv_pool: no store"),
         kv_pool_hbm=_pool_hbm(engines, bool(pool and pool.hbm)),
-        dram_fraction=Choice("kv_pool.dram_fraction", pool.dram_fraction if pool else 0.0,
-                             "user" if pool else "default", "the store's share of tray DRAM"),
+        dram_fraction=_pool_field(src, pool, "dram_fraction",
+                                  pool.dram_fraction if pool else 0.0,
+                                  "no kv_pool: no store"),
         nic_gbps_per_gpu=_override("hardware.nic_gbps_per_gpu", hw.nic_gbps_per_gpu,
                                    system.tray.nic_gbps_per_gpu),
         dram_gib_per_tray=_override("hardware.dram_gib_per_tray", hw.dram_gib_per_tray,

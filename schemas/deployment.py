@@ -61,15 +61,20 @@ ShapeName = Annotated[str, Field(pattern=SHAPE)]
 
 
 class ShapeSearch(StrictModel):
-    """Engine shapes the solver may use per role (default: the system's, from the catalog)."""
+    """Engine shapes the solver may use per role (default: every shape that fits)."""
 
     prefill: list[ShapeName] | None = Field(None, max_length=32)
     decode: list[ShapeName] | None = Field(None, max_length=32)
+    aggregated: list[ShapeName] | None = Field(None, max_length=32)
 
 
 class Objective(StrictModel):
     mode: Literal["throughput", "latency", "pinned"] = "throughput"
     shapes: ShapeSearch = Field(default_factory=ShapeSearch)
+    layout: Literal["any", "disaggregated", "aggregated"] = Field(
+        "any", description="what the solver searches: prefill + decode instances "
+                           "(disaggregated), aggregated ones, or both (any); latency mode is "
+                           "disaggregated")
     instances: list[PinnedInstances] = Field(
         default_factory=list, max_length=32,
         description="mode pinned: the instance counts and shapes; the solver places them",

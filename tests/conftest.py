@@ -27,3 +27,20 @@ def example_copy(tmp_path: Path):
         return dst
 
     return copy
+
+
+# Files whose tests compile whole examples, build bundles or run external validators: the
+# quick path `python -m pytest -m "not slow"` leaves them out (each test may also say so itself
+# with @pytest.mark.slow).
+SLOW_FILES = (
+    "conformance/", "validate/", "compile/test_golden_plan.py", "compile/test_golden_fleet.py",
+    "targets/test_golden.py", "compile/test_properties.py", "compile/test_incremental.py",
+    "compile/test_mixed_fleet.py", "compile/test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(item.fspath).relative_to(ROOT / "tests").as_posix()
+        if where.startswith(SLOW_FILES):
+            item.add_marker(pytest.mark.slow)

@@ -97,9 +97,21 @@ def floors(system_name: str) -> dict:
     return {"floors": {}, "source": "none: the curves' fitted overheads"}
 
 
+KERNEL_SOURCES = ("vllm", "sglang", "trtllm")  # whose measured kernels a prediction may use
+DEPLOYED_KERNELS = "vllm"  # what the bundle runs; the others are what-ifs (`predict --kernels`)
+
+
+def kernels_path(system_name: str, kernels: str = DEPLOYED_KERNELS) -> Path:
+    """A system's calibration file fitted to `kernels`' measured tables (vLLM's: the one
+    every compile uses)."""
+    return calibration_path(system_name, "json" if kernels == DEPLOYED_KERNELS
+                            else f"{kernels}.json")
+
+
 @functools.cache
-def calibration(system_name: str) -> dict | None:
-    """The fitted calibration of a system, or None when it only scales from datasheets."""
-    path = calibration_path(system_name)
+def calibration(system_name: str, kernels: str = DEPLOYED_KERNELS) -> dict | None:
+    """The fitted calibration of a system, or None when it only scales from datasheets (or,
+    for another engine's kernels, when none was converted for it)."""
+    path = kernels_path(system_name, kernels)
     return json.loads(path.read_text()) if path.exists() else None
 

@@ -9,7 +9,10 @@ to them, so every listed system gets curves from real silicon instead of the H20
 datasheet peaks.
 
 What is read (`systems/data/<gpu>/<op>/<framework>/<version>/*.parquet`), newest version of
-the first framework in FRAMEWORKS that has the table (vLLM first: rackc deploys vLLM):
+the first framework in FRAMEWORKS that has the table (vLLM first: rackc deploys vLLM; with
+`--framework sglang|trtllm` that framework first, for the what-if calibrations `rackc predict
+--kernels` reads). A table that gives no point rackc takes (TRT-LLM 1.3.0rc23's B200 MoE table
+holds only one MXFP4 dtype: a partial re-collection) passes to the next older version:
 * gemm_perf: bf16 (`torch.nn.functional.linear`), fp8 and nvfp4 (Blackwell) GEMMs -> `gemm`
   points. fp8 is the faster of the per-tensor scaled and the block-scaled (DeepGEMM, CUTLASS,
   FlashInfer) kernels for each shape: the checkpoint decides which one an engine runs, and
@@ -41,7 +44,7 @@ import hashlib
 import importlib.metadata
 import importlib.resources
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from compiler import catalog
@@ -109,18 +112,24 @@ def _version_key(text: str) -> tuple:
         return (0, text)
 
 
-def find_table(gpu_dir: Path, op_dir: str, filename: str,
-               frameworks: Iterable[str] = FRAMEWORKS) -> tuple[str, str, Path] | None:
-    """(framework, version, path) of the newest `filename` of the first framework having it."""
+def find_tables(gpu_dir: Path, op_dir: str, filename: str,
+                frameworks: Iterable[str] = FRAMEWORKS) -> Iterator[tuple[str, str, Path]]:
+    """(framework, version, path) of every `filename`: the frameworks in order, each newest
+    version first."""
     for framework in frameworks:
         folder = gpu_dir / op_dir / framework
         if not folder.is_dir():
             continue
         versions = sorted((v.name for v in folder.iterdir() if (v / filename).is_file()),
                           key=_version_key)
-        if versions:
-            return framework, versions[-1], folder / versions[-1] / filename
-    return None
+        for v in reversed(versions):
+            yield framework, v, folder / v / filename
+
+
+def find_table(gpu_dir: Path, op_dir: str, filename: str,
+               frameworks: Iterable[str] = FRAMEWORKS) -> tuple[str, str, Path] | None:
+    """(framework, version, path) of the newest `filename` of the first framework having it."""
+    return next(find_tables(gpu_dir, op_dir, filename, frameworks), None)
 
 
 def _fastest(df, keys: list[str]):
@@ -252,7 +261,11 @@ def nccl_points(df, framework: str) -> list[dict]:
 
 
 def custom_all_reduce_points(df, framework: str) -> list[dict]:
-    df = df[df.backend.str.endswith("graph")]  # engines decode under CUDA graphs
+    """Graph-captured rows only (engines decode under CUDA graphs); a table that does not say
+    how it ran (no `backend` column, TRT-LLM's) gives none, so the next framework's is taken."""
+    if "backend" not in df.columns:
+        return []
+    df = df[df.backend.str.endswith("graph")]
     keys = ["allreduce_dtype", "num_gpus", "message_size"]
     return [{"op": "custom_all_reduce", "dtype": r.allreduce_dtype, "gpus": int(r.num_gpus),
              "message_size": int(r.message_size), "impl": _impl(framework, r.kernel_source),
@@ -303,8 +316,16 @@ def physical(points: list[dict], system: System) -> tuple[list[dict], int]:
     return kept, len(points) - len(kept)
 
 
-def raw_document(system_name: str) -> dict:
-    """rackc's raw calibration document for a catalog system, from the installed wheel."""
+def preference(framework: str) -> tuple[str, ...]:
+    """Frameworks in the order their tables are taken: `framework` first, then the others as
+    FRAMEWORKS orders them (a table `framework` lacks, e.g. vLLM's pure MLA decode kernel,
+    comes from the next that has it; `source.tables` names each table's framework)."""
+    return (framework, *(f for f in FRAMEWORKS if f != framework))
+
+
+def raw_document(system_name: str, framework: str = "vllm") -> dict:
+    """rackc's raw calibration document for a catalog system, from the installed wheel, with
+    `framework`'s tables where it has them."""
     import pandas as pd
 
     if system_name not in SYSTEMS:
@@ -316,18 +337,22 @@ def raw_document(system_name: str) -> dict:
         raise SourceMissing(f"{PACKAGE} {version()} has no folder {gpu_dir.name}")
     measurements, tables, device = [], [], None
     for op_dir, filename, frameworks, convert in TABLES:
-        found = (_nccl_table(gpu_dir) if op_dir == "comm/nccl"
-                 else find_table(gpu_dir, op_dir, filename, frameworks))
-        if found is None:
-            continue
-        framework, table_version, path = found
-        df = pd.read_parquet(path)
-        points, dropped = physical(convert(df, framework), system)
-        measurements += points
-        tables.append({"table": str(path.relative_to(data_root())), "framework": framework,
-                       "version": table_version, "points": len(points),
-                       "dropped_faster_than_roofline": dropped})
-        device = device or str(df.device.iloc[0])
+        if op_dir == "comm/nccl":
+            candidates = [found] if (found := _nccl_table(gpu_dir)) else []
+        else:
+            candidates = find_tables(gpu_dir, op_dir, filename, preference(framework)
+                                     if frameworks == FRAMEWORKS else frameworks)
+        for table_framework, table_version, path in candidates:
+            df = pd.read_parquet(path)
+            points, dropped = physical(convert(df, table_framework), system)
+            if not points:  # e.g. a partial re-collection of one dtype rackc does not take:
+                continue    # the next older version (or framework) has the table whole
+            measurements += points
+            tables.append({"table": str(path.relative_to(data_root())),
+                           "framework": table_framework, "version": table_version,
+                           "points": len(points), "dropped_faster_than_roofline": dropped})
+            device = device or str(df.device.iloc[0])
+            break
     if not device:
         raise SourceMissing(f"{PACKAGE} {version()} has no kernel tables for {gpu_dir.name}")
     frameworks = sorted({f"{t['framework']} {t['version']}" for t in tables})

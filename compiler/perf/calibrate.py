@@ -21,15 +21,19 @@ from pathlib import Path
 
 from compiler import catalog
 from compiler.catalog.system import System
-from compiler.files import write_text_atomic
+from compiler.files import check_target, write_text_atomic
 from compiler.perf import fit
+from compiler.perf.calibration_files import calibration_errors, validation_errors
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
+from schemas.reading import FileProblem, read_regular
 
 CODE_SYSTEM = "E602"  # unknown system
 CODE_INPUT = "E603"  # unreadable or mismatched calibration input
 CODE_NO_GPU = "E604"  # measuring needs PyTorch and a CUDA GPU
 CODE_NO_TABLES = "E605"  # AIConfigurator's tables are not installed or lack this system
 AIC_RAW_SUFFIX = ".aiconfigurator.raw.json"
+RAW_SUFFIX = ".raw.json"
+MAX_INPUT_BYTES = 64 << 20  # raw files are 0.2-1.4 MB; a calibration file is a few KB
 
 
 class CalibrationError(Exception):
@@ -55,26 +59,45 @@ def resolve_system(name: str) -> System:
 
 
 def read_json(path: Path, what: str) -> dict:
+    """A JSON object from a regular file of at most MAX_INPUT_BYTES (never a FIFO or a
+    device), or a diagnostic."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _error(CODE_INPUT, str(path), "", f"a readable {what}",
-                     exc.strerror or str(exc)) from None
+        data = json.loads(read_regular(path, MAX_INPUT_BYTES).decode("utf-8"))
+    except FileProblem as problem:
+        raise _error(CODE_INPUT, str(path), "", f"{problem.expected} ({what})", problem.got,
+                     problem.hint) from None
+    except UnicodeDecodeError as exc:
+        raise _error(CODE_INPUT, str(path), "", f"a {what} in UTF-8",
+                     f"undecodable byte at offset {exc.start}") from None
     except json.JSONDecodeError as exc:
-        raise _error(CODE_INPUT, str(path), "", f"a {what} in JSON",
+        raise _error(CODE_INPUT, f"{path}:{exc.lineno}:{exc.colno}", "", f"a {what} in JSON",
                      f"invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _error(CODE_INPUT, str(path), "", f"a {what} in JSON", "nesting too deep",
+                     "rackc's JSON files nest a few levels") from None
+    if not isinstance(data, dict):
+        raise _error(CODE_INPUT, str(path), "", f"a {what}: a JSON object",
+                     f"a JSON {type(data).__name__}")
+    return data
 
 
 def check_raw(raw: dict, path: Path, system: System) -> None:
-    """Raw measurements must be of this schema and from this system's GPU."""
-    if raw.get("schema") != fit.RAW_SCHEMA:
-        raise _error(CODE_INPUT, str(path), "schema", repr(fit.RAW_SCHEMA), repr(raw.get("schema")))
-    gpu = str(raw.get("device", {}).get("gpu", ""))
+    """Raw measurements must follow the raw schema (compiler/perf/raw.py) and come from this
+    system's GPU."""
+    problems = validation_errors(raw)
+    if problems:
+        field, expected, got = problems[0]
+        more = f"; {len(problems) - 1} more problem(s) after this one" if len(problems) > 1 else ""
+        raise _error(CODE_INPUT, str(path), field, expected, got,
+                     f"a raw file as compiler/perf/measure.py writes it{more}")
+    gpu = raw["device"]["gpu"]
     if system.gpu.name.lower() not in gpu.lower():
         raise _error(CODE_INPUT, str(path), "device.gpu", f"a {system.gpu.name} ({system.name})",
               repr(gpu), "fit measurements with the --system they were taken on")
-    if not raw.get("measurements"):
-        raise _error(CODE_INPUT, str(path), "measurements", "at least one measurement", "none")
+    if not any(m["op"] in fit.WORK for m in raw["measurements"]):
+        raise _error(CODE_INPUT, str(path), "measurements", "a measurement of an op rackc fits "
+                     f"({', '.join(fit.WORK)})", "none",
+                     "measure with compiler/perf/measure.py")
 
 
 def measure_here(raw_path: Path) -> Path:
@@ -111,8 +134,11 @@ def assumed(system: System, basis: dict) -> dict:
 
 def read_basis(path: str) -> dict:
     basis = read_json(Path(path), "calibration file")
-    if basis.get("schema") != fit.SCHEMA or "curves" not in basis:
-        raise _error(CODE_INPUT, path, "schema", repr(fit.SCHEMA), repr(basis.get("schema")))
+    problems = calibration_errors(basis)
+    if problems:
+        field, expected, got = problems[0]
+        raise _error(CODE_INPUT, path, field, expected, got,
+                     "pass a calibration file rackc calibrate wrote")
     return basis
 
 
@@ -128,13 +154,14 @@ def filled(document: dict, basis: dict) -> dict:
     return {**document, "curves": curves, "source": source}
 
 
-def published_raw(system: System, from_raw: str | None, output: Path) -> dict:
-    """AIConfigurator's tables for `system` as raw measurements (merged with `from_raw`'s
-    for the ops they lack), also written next to `output`."""
+def published_raw(system: System, from_raw: str | None, output: Path,
+                  inputs: tuple[str, ...] = (), framework: str = "vllm") -> dict:
+    """AIConfigurator's tables for `system` as raw measurements, `framework`'s first (merged
+    with `from_raw`'s for the ops they lack), also written next to `output`."""
     from compiler.perf import aiconfigurator  # its tables need the calibrate extra
 
     try:
-        raw = aiconfigurator.raw_document(system.name)
+        raw = aiconfigurator.raw_document(system.name, framework)
     except (ImportError, aiconfigurator.SourceMissing) as exc:
         raise _error(CODE_NO_TABLES, "<machine>", "--from-aiconfigurator",
                      f"AIConfigurator's kernel tables for {system.name}", str(exc),
@@ -143,8 +170,7 @@ def published_raw(system: System, from_raw: str | None, output: Path) -> dict:
         own = read_json(Path(from_raw), "raw calibration file")
         check_raw(own, Path(from_raw), system)
         raw = aiconfigurator.merged(raw, own)
-    write_text_atomic(output.with_name(output.name.removesuffix(".json") + AIC_RAW_SUFFIX),
-                      raw_text(raw))
+    write_text_atomic(beside(output, AIC_RAW_SUFFIX), raw_text(raw), keep=inputs)
     return raw
 
 
@@ -157,20 +183,33 @@ def raw_text(raw: dict) -> str:
     return f'{head[:-2]},\n "measurements": [\n{rows}\n]}}\n'
 
 
+def beside(output: Path, suffix: str) -> Path:
+    """The file written next to `output` (`cal.json` -> `cal.raw.json`)."""
+    return output.with_name(output.name.removesuffix(".json") + suffix)
+
+
 def calibration_for(args_system: str, from_raw: str | None, scale_from: str | None,
-                    output: Path, from_aiconfigurator: bool = False) -> dict:
+                    output: Path, from_aiconfigurator: bool = False,
+                    framework: str = "vllm") -> dict:
     system = resolve_system(args_system)
+    inputs = tuple(p for p in (from_raw, scale_from) if p)
     basis = read_basis(scale_from) if scale_from else None
     if from_aiconfigurator:
-        raw = published_raw(system, from_raw, output)
+        check_target(beside(output, AIC_RAW_SUFFIX), keep=inputs)
+        raw = published_raw(system, from_raw, output, inputs, framework)
     elif from_raw or not basis:
-        raw_path = Path(from_raw) if from_raw else measure_here(
-            output.with_name(f"{output.name.removesuffix('.json')}.raw.json"))
+        if not from_raw:
+            check_target(beside(output, RAW_SUFFIX), keep=inputs)
+        raw_path = Path(from_raw) if from_raw else measure_here(beside(output, RAW_SUFFIX))
         raw = read_json(raw_path, "raw calibration file")
         check_raw(raw, raw_path, system)
     else:
         return assumed(system, basis)
-    document = fit.calibration(raw, system)
+    try:
+        document = fit.calibration(raw, system)
+    except fit.FitProblem as exc:
+        raise _error(CODE_INPUT, str(from_raw or "<measurements>"), exc.field, exc.expected,
+                     exc.got, exc.hint) from None
     return filled(document, basis) if basis else document
 
 
@@ -187,15 +226,17 @@ def summary_lines(document: dict) -> list[str]:
 
 
 def run(system: str, output: str, from_raw: str | None = None, scale_from: str | None = None,
-        from_aiconfigurator: bool = False) -> tuple[int, list[str], list[str]]:
+        from_aiconfigurator: bool = False,
+        framework: str = "vllm") -> tuple[int, list[str], list[str]]:
     """(exit code, stdout lines, stderr lines) of one calibration."""
+    inputs = tuple(p for p in (from_raw, scale_from) if p)
     try:
+        check_target(Path(output), keep=inputs)  # before the work: never over an input
         document = calibration_for(system, from_raw, scale_from, Path(output),
-                                   from_aiconfigurator)
+                                   from_aiconfigurator, framework)
+        write_text_atomic(Path(output), fit.dumps(document), keep=inputs)
     except CalibrationError as exc:
         return 2, [], [exc.diagnostic.render()]
-    try:
-        write_text_atomic(Path(output), fit.dumps(document))
     except CompileError as exc:
         return 2, [], [d.render() for d in exc.diagnostics]
     return 0, [*summary_lines(document), f"wrote {output}"], []

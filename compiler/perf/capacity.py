@@ -7,6 +7,7 @@ within its SLO. Used by the solver's candidates and by `rackc predict` of a pinn
 (which needs no solver).
 """
 
+import math
 from dataclasses import dataclass, replace
 
 from compiler.load import Inputs
@@ -15,9 +16,12 @@ from compiler.perf.predict import (
     MAX_DECODE_BATCH,
     PREFILL_CHUNK_TOKENS,
     PREFILL_MAX_SEQS,
+    UNBOUNDED_CONCURRENCY,
+    Layout,
     aggregated_budget,
     context,
     kv_capacity_requests,
+    predict_layout,
 )
 from compiler.perf.serving import MAX_UTILISATION, Workload
 from compiler.perf.step import PerfContext, decode_step, prefill_step
@@ -36,6 +40,9 @@ class Candidate:
     step_us: float
     why_not: str  # empty when usable
     why: str = ""  # how its batch limit was chosen (the plan's decision)
+    # the best each SLO metric can be on this shape (decode: at batch 1; prefill: idle), for
+    # the diagnostic of an SLO nothing meets
+    reach: tuple[tuple[str, float], ...] = ()
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -51,6 +58,9 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     ctx = context(inputs, shape.gpus, "decode", shape)
     kv = kv_capacity_requests(inputs, shape, "decode", shape.gpus, w)
     cap = min(MAX_DECODE_BATCH, kv) if batch_cap is None else min(kv, batch_cap)
+    stated = inputs.deployment.spec.workload.concurrency
+    if batch_cap is None and stated:  # a rank never holds more than its share of those
+        cap = min(cap, max(1, math.ceil(stated / shape.dp)))
     kv_len = w.isl + w.osl / 2
     p50, p90 = slo.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p90
     if not enforce_slo:
@@ -58,10 +68,13 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     if cap < 1:
         return Candidate("decode", shape, 0.0, 0, 0, 0.0, "no room for one request's KV")
     ok, step = _meets(ctx, shape, 1, kv_len, w, p50, p90)
+    one = decode_step(ctx, shape, 1, kv_len)
+    r50, r90 = serving.per_user_rates(ctx, one, 1, w)
+    reach = (("tokens_per_s_per_user_p50", r50), ("tokens_per_s_per_user_p90", r90))
     if not ok:
         rate = 1e6 * ctx.acceptance / step
         return Candidate("decode", shape, 0.0, 0, 0, step,
-                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO")
+                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO", "", reach)
     lo, hi = 1, cap  # largest batch meeting the SLO: rates fall as the batch grows
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -72,9 +85,11 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     step = decode_step(ctx, shape, lo, kv_len).us
     # a request holds its slot for its decode steps, and at least the one that takes it in
     rps = shape.dp * lo / (max(1.0, serving.decode_steps(w, ctx)) * step) * 1e6
-    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within the KV that "
-           f"fits ({cap} requests)" if enforce_slo else f"the KV that fits ({cap} requests)")
-    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why)
+    within = f"the KV that fits and the stated concurrency ({cap} requests)" if stated \
+        and batch_cap is None else f"the KV that fits ({cap} requests)"
+    why = (f"largest batch per DP rank whose per-user rate meets the SLO, within {within}"
+           if enforce_slo else within)
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why, reach)
 
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
@@ -84,6 +99,9 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
     options = [_prefill_at(inputs, shape, w, hit, engram_gpus, chunk)
                for chunk in PREFILL_CHUNKS]
     best = max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
+    idle = tuple((key, min(dict(c.reach)[key] for c in options))
+                 for key in ("ttft_ms_p50", "ttft_ms_p90"))
+    best = replace(best, reach=idle)
     sizes = ", ".join(f"{c:,}" for c in PREFILL_CHUNKS)
     return replace(best, why=f"of prefill chunks {sizes} tokens per rank, "
                              f"{best.max_batched_tokens:,} sustains the most requests/s within "
@@ -102,12 +120,13 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
         return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us)
 
     utilisation = _utilisation_for_ttft(inputs, ttft)
+    reach = (("ttft_ms_p50", ttft(0.0, 0.5) / 1e3), ("ttft_ms_p90", ttft(0.0, 0.9) / 1e3))
     if utilisation <= 0:
         return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, chunk, step,
                          f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
-                         "token, over the TTFT SLO")
+                         "token, over the TTFT SLO", "", reach)
     rps = shape.dp * chunk / step * 1e6 / max(1.0, new) * utilisation
-    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "")
+    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "", "", reach)
 
 
 def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
@@ -127,21 +146,101 @@ def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
     return best
 
 
+def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
+                         max_batch: int | None = None, max_batched_tokens: int | None = None,
+                         enforce_slo: bool = True, search_up_to: int | None = None
+                         ) -> Candidate:
+    """One aggregated instance (prefill chunks interleaved with decode steps): the largest
+    batch per DP rank at which, under unbounded demand, its per-user rate and TTFT still meet
+    the SLO (`max_batch` given or `enforce_slo` off: that batch, or what the KV holds), and
+    the requests/s it then sustains, from the serving model's aggregated prediction.
+    `search_up_to`: a batch known to miss the SLO beyond (the shape's decode-only batch)."""
+    slo = inputs.deployment.spec.slo
+    kv = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
+    if kv.max_batch < 1:
+        return Candidate("aggregated", shape, 0.0, 0, 0, 0.0, kv.why_not)
+    demand = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
+    draft = kv.max_batched_tokens // kv.max_batch - 1
+
+    def at(batch: int) -> tuple[Candidate, bool]:
+        tokens = max_batched_tokens or aggregated_budget(batch * (1 + draft))
+        p = predict_layout(inputs, [Layout("aggregated", shape, 1, batch, tokens)], demand)
+        ok = all(limit is None or value >= limit for value, limit in (
+            (p.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p50),
+            (p.tokens_per_s_per_user_p90, slo.tokens_per_s_per_user_p90))) and \
+            all(limit is None or value <= limit for value, limit in (
+                (p.ttft_ms_p50, slo.ttft_ms_p50), (p.ttft_ms_p90, slo.ttft_ms_p90)))
+        c = Candidate("aggregated", shape, p.requests_per_s, batch, tokens,
+                      p.tpot_ms_p50 * 1e3, "")
+        return c, ok
+
+    if max_batch is not None or not enforce_slo:
+        c, _ = at(kv.max_batch)
+        why = f"{max_batch} requests per rank, pinned" if max_batch else kv.why
+        return replace(c, why=why)
+    first, ok = at(1)
+    if not ok:
+        return replace(first, requests_per_s=0.0, why_not=(
+            f"{first.requests_per_s:.2f} requests/s at batch 1 already misses the SLO"))
+    # the largest batch meeting the SLO (rates fall as it grows)
+    lo, hi, best = 1, min(kv.max_batch, search_up_to or kv.max_batch), first
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        c, ok = at(mid)
+        if ok:
+            lo, best = mid, c
+        else:
+            hi = mid - 1
+    return replace(best, why=f"largest batch per DP rank whose per-user rate and TTFT meet "
+                             f"the SLO with prompts interleaved, within the KV that fits "
+                             f"({kv.max_batch} requests)")
+
+
 def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: float,
                      guess: int, max_batch: int | None = None,
                      max_batched_tokens: int | None = None) -> Candidate:
-    """A pinned entry's batch limits: the user's where given; else prefill at its best chunk,
-    decode (and aggregated) at the largest batch its KV holds, the SLO not enforced."""
+    """A pinned entry's batch limits: the user's where given; else the rule the solver's
+    candidates follow (prefill at its best chunk, decode and aggregated at the largest batch
+    that meets the SLO), so that a layout pinned as compile chose it gets the same limits;
+    where even one request misses the SLO, the largest batch its KV holds."""
     if role == "prefill":
         c = _prefill_at(inputs, shape, w, hit, guess, max_batched_tokens) \
             if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
         if max_batched_tokens:
             c = replace(c, why=f"{max_batched_tokens:,} tokens per rank, pinned")
         return replace(c, max_batch=max_batch) if max_batch else c
-    c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
+    if role == "aggregated":
+        c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens)
+        if c.requests_per_s <= 0 and c.max_batch:
+            c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens,
+                                     enforce_slo=False)
+        return c
+    c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=max_batch is None)
+    if c.requests_per_s <= 0:
+        c = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
     tokens = max_batched_tokens or c.max_batched_tokens
-    if role == "aggregated" and not max_batched_tokens:
-        tokens = aggregated_budget(c.max_batched_tokens)
     why = f"{max_batch} requests per rank, pinned" if max_batch else c.why
     return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us,
                      c.why_not, why)
+
+
+def layout_goodput(inputs: Inputs, layouts: list[Layout], w: Workload, hit: float,
+                   guess: int) -> float:
+    """Requests/s a layout sustains with its batch limits, by the candidates' arithmetic: the
+    smaller of prefill and decode supply, or the aggregated instances' sum (at SCALE's
+    resolution, rounded down: compiler/solve/problem.py). Compile and a pinned predict both
+    cap admission here, so one layout gets one prediction whichever command made it."""
+    supply: dict[str, float] = {}
+    for x in layouts:
+        if x.role == "prefill":
+            c = _prefill_at(inputs, x.shape, w, hit, guess,
+                            x.max_batched_tokens or PREFILL_CHUNK_TOKENS)
+        elif x.role == "decode":
+            c = decode_candidate(inputs, x.shape, w, x.max_batch, enforce_slo=False)
+        else:
+            c = aggregated_candidate(inputs, x.shape, w, x.max_batch, x.max_batched_tokens,
+                                     enforce_slo=False)
+        supply[x.role] = supply.get(x.role, 0.0) + x.count * c.requests_per_s
+    value = supply["aggregated"] if "aggregated" in supply else \
+        min(supply.get("prefill", 0.0), supply.get("decode", 0.0))
+    return math.floor(value * 1e6) / 1e6

@@ -46,7 +46,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from compiler.perf import calibrate
 
     code, out, err = calibrate.run(args.system, args.output, args.from_raw, args.scale_from,
-                                   args.from_aiconfigurator)
+                                   args.from_aiconfigurator, args.framework)
     for line in out:
         sys.stdout.write(line + "\n")
     for line in err:
@@ -78,6 +78,10 @@ def add_perf_commands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--from-aiconfigurator", action="store_true",
                      help="convert NVIDIA AIConfigurator's measured kernel tables for the "
                           "system (needs rackc[calibrate]) and fit them")
+    cal.add_argument("--framework", choices=("vllm", "sglang", "trtllm"), default="vllm",
+                     help="with --from-aiconfigurator: whose tables come first (another "
+                          "framework's only where it has none); the non-vLLM files are what "
+                          "`rackc predict --kernels` reads")
     cal.add_argument("--scale-from", metavar="CAL.json",
                      help="no measurements: carry this calibration's efficiencies onto the "
                           "system's datasheet peaks (assumed); with measurements or tables, "

@@ -21,10 +21,8 @@ import numpy as np
 
 from compiler.catalog.system import System
 from compiler.perf import ops
+from compiler.perf.calibration_files import RAW_SCHEMA, SCHEMA
 from compiler.perf.ops import ANY_DTYPE, Curve, Work
-
-RAW_SCHEMA = "rackc.calibration.raw/v1"
-SCHEMA = "rackc.calibration/v1"
 
 LOSS_KNEE = 0.05  # relative error where the loss turns from quadratic to linear
 DIGITS = 4  # significant digits of fitted parameters in the calibration file
@@ -42,6 +40,14 @@ FUSED_ATTENTION = ("flash_attention", "cudnn_attention")
 SERVING_KERNELS = "aiconfigurator "
 
 EFFICIENCIES = ("e_max", "e_mem")
+
+
+class FitProblem(ValueError):
+    """Measurements that pass the raw schema but cannot be fitted (told as a diagnostic)."""
+
+    def __init__(self, field: str, expected: str, got: str, hint: str = ""):
+        super().__init__(f"{field}: expected {expected}, got {got}")
+        self.field, self.expected, self.got, self.hint = field, expected, got, hint
 
 
 @dataclass(frozen=True)
@@ -258,8 +264,13 @@ def fit_curve(batch: Batch, free: Sequence[str], fixed: dict[str, float]) -> Cur
         for _ in range(RESTARTS):
             x = nelder_mead(loss, x, step)
             step /= 3.0
-        best = curve_at(x)
-        return rounded(neutralised(best, lambda c: loss_of(batch, c, log_us)))
+        try:
+            best = curve_at(x)
+            return rounded(neutralised(best, lambda c: loss_of(batch, c, log_us)))
+        except (ValueError, OverflowError):  # the search ran to a bound of a term
+            raise FitProblem("measurements", "times a roofline curve can fit",
+                             "times no curve with positive efficiencies fits",
+                             "check the measurements' units (microseconds)") from None
 
 
 def loss_of(batch: Batch, curve: Curve, log_us: np.ndarray) -> float:
@@ -309,8 +320,13 @@ def fixed_terms(op: str, dtype: str, fitted: dict[str, dict[str, Curve]]) -> dic
     values = {name: 0.0 for name in OPTIONAL_TERMS if name not in spec.free}
     values.update(spec.fixed)
     for name, source_op in spec.borrow.items():
-        source = fitted[source_op]
-        values[name] = getattr(source.get(dtype) or source["bf16"], name)
+        source = fitted.get(source_op, {})
+        curve = source.get(dtype) or source.get("bf16")
+        if curve is None:
+            raise FitProblem("measurements", f"{source_op} measurements of {dtype} or bf16 "
+                             f"(a {op} curve borrows their {name})", "none",
+                             f"measure {source_op} too, or leave {op} out")
+        values[name] = getattr(curve, name)
     return values
 
 
@@ -318,6 +334,11 @@ def fit_group(op: str, dtype: str, pts: Sequence[Point], system: System,
               fitted: dict[str, dict[str, Curve]]) -> FitResult:
     """Fit one (op, dtype) on its representative points."""
     used = [p for p in pts if representative(p.query)]
+    if not used:
+        raise FitProblem("measurements", f"a {op} {dtype} measurement of a serving kernel",
+                         f"{len(pts)} through unfused fallbacks only "
+                         f"({pts[0].query.get('impl')!r})",
+                         "measure with a fused attention backend (FUSED_ATTENTION in fit.py)")
     batch = Batch.of(used, system)
     curve = fit_curve(batch, SPECS[op].free, fixed_terms(op, dtype, fitted))
     return FitResult(curve, len(used), len(pts) - len(used), batch.errors(curve))

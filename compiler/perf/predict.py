@@ -49,8 +49,8 @@ def workload(inputs: Inputs) -> Workload:
 
 
 @functools.cache
-def system_ops(system_name: str) -> OpModel:
-    return op_model(catalog.system(system_name), catalog.calibration(system_name),
+def system_ops(system_name: str, kernels: str = catalog.DEPLOYED_KERNELS) -> OpModel:
+    return op_model(catalog.system(system_name), catalog.calibration(system_name, kernels),
                     catalog.floors(system_name)["floors"])
 
 
@@ -71,7 +71,8 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         offload = offload_gib(inputs, shape)
     asked = inputs.deployment.spec.serving.weight_offload
     return PerfContext(
-        model=inputs.model.spec, system=inputs.system, ops=system_ops(inputs.system.name),
+        model=inputs.model.spec, system=inputs.system,
+        ops=system_ops(inputs.system.name, inputs.kernels),
         kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
@@ -174,6 +175,7 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
         p = predict_layout(inputs, limited, replace(w, concurrency=batch * ranks * 1.05),
                            pool_gib=pool_gib)
         points.append({"batch": batch, "tokens_per_s_per_user_p50": p.tokens_per_s_per_user_p50,
+                       "tokens_per_s_per_user_p90": p.tokens_per_s_per_user_p90,
                        "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                        "total_tokens_per_s_per_gpu": p.total_tokens_per_s_per_gpu})
         batch *= 2
@@ -189,10 +191,11 @@ def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layo
 
 
 def operating_workload(inputs: Inputs) -> Workload:
-    """The workload at the operating point: in throughput mode without a stated concurrency
-    demand is unbounded (admission stops at the goodput)."""
+    """The workload at the operating point: without a stated concurrency, demand is unbounded
+    in throughput and pinned mode (admission stops at the layout's goodput, so a layout
+    predicts the same whichever mode chose it); latency mode keeps the profile's."""
     w = workload(inputs)
-    if inputs.deployment.spec.objective.mode == "throughput" and \
+    if inputs.deployment.spec.objective.mode != "latency" and \
             inputs.deployment.spec.workload.concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
     return w

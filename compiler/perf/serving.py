@@ -290,15 +290,24 @@ def acceptance_cv(draft_tokens: int, acceptance: float, steps: float) -> float:
     E = (1 - a^(k+1)) / (1 - a)) until the first rejection."""
     if draft_tokens <= 0 or acceptance <= 1.0:
         return 0.0
+    probs = tokens_per_step_pmf(draft_tokens, acceptance)
+    mean = sum((j + 1) * p for j, p in enumerate(probs))
+    var = sum((j + 1 - mean) ** 2 * p for j, p in enumerate(probs))
+    return math.sqrt(var) / mean / math.sqrt(max(steps, 1.0))
+
+
+def tokens_per_step_pmf(draft_tokens: int, acceptance: float) -> list[float]:
+    """P(a verification step emits j + 1 tokens), j = 0..k: each of the k draft tokens is
+    accepted with the same probability a until the first rejection, a solved from the mean
+    E = (1 - a^(k+1)) / (1 - a) = `acceptance`."""
     k = draft_tokens
+    if k <= 0 or acceptance <= 1.0:
+        return [1.0]
     lo, hi = 0.0, 1.0
     for _ in range(60):  # E grows with a
         a = (lo + hi) / 2
         lo, hi = (a, hi) if sum(a ** i for i in range(k + 1)) < acceptance else (lo, a)
-    probs = [a ** j * (1 - a) for j in range(k)] + [a ** k]  # X = 1 + accepted drafts
-    mean = sum((j + 1) * p for j, p in enumerate(probs))
-    var = sum((j + 1 - mean) ** 2 * p for j, p in enumerate(probs))
-    return math.sqrt(var) / mean / math.sqrt(max(steps, 1.0))
+    return [a ** j * (1 - a) for j in range(k)] + [a ** k]
 
 
 def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload

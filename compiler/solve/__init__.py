@@ -9,7 +9,6 @@ from compiler.load import Inputs
 from compiler.perf.capacity import Candidate
 from compiler.precheck import Precheck
 from compiler.solve.build import build_problem
-from compiler.solve.candidates import uses_recipe
 from compiler.solve.counts import Counts, solve_counts
 from compiler.solve.explain import infeasible
 from compiler.solve.memory_map import domain_memory
@@ -38,11 +37,6 @@ def solve(inputs: Inputs, g: nx.Graph, pre: Precheck, kept: Sequence[Kept] = (),
     take ids from `next_id` (role -> first unused number) on."""
     p = build_problem(inputs, g, pre, kept=kept, next_id=next_id)
     counts = solve_counts(p)
-    if isinstance(counts, list) and p.mode != "pinned" and uses_recipe(inputs):
-        # the system's usual engine shapes cannot serve here (a small rack, a tight SLO):
-        # search every shape of the family instead
-        p = build_problem(inputs, g, pre, recipe_ok=False, kept=kept, next_id=next_id)
-        counts = solve_counts(p)
     if isinstance(counts, list):
         raise infeasible(p, counts, "instance counts")
     chosen = [(p.candidates[i], n) for i, n in sorted(counts.by_candidate.items())]

@@ -58,10 +58,9 @@ def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
             for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
 
 
-def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True,
-                  kept: Sequence[Kept] = (), next_id: dict[str, int] | None = None) -> Problem:
-    """`recipe_ok`: search the catalog's engine shapes for the system (False: every shape).
-    `kept`: instances that stay (incremental recompile); their shapes join the candidates."""
+def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
+                  next_id: dict[str, int] | None = None) -> Problem:
+    """`kept`: instances that stay (incremental recompile); their shapes join the candidates."""
     reqs, down = requirements(inputs)
     mode = inputs.deployment.spec.objective.mode
     w = workload(inputs)
@@ -78,7 +77,7 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True,
         candidates = [found[k] for k in sorted(found)]
     else:
         pins = []
-        candidates = cand.candidates(inputs, pre, w, hit, mode, guess, recipe_ok)
+        candidates = cand.candidates(inputs, pre, w, hit, mode, guess)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
     have = {(c.role, c.shape.name) for c in candidates}
@@ -86,7 +85,6 @@ def build_problem(inputs: Inputs, g, pre: Precheck, recipe_ok: bool = True,
         shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
         candidates.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
     return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs,
-                   recipe=mode != "pinned" and recipe_ok and cand.uses_recipe(inputs),
                    kept=list(kept), next_id=dict(next_id or {}))
 
 

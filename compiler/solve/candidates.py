@@ -1,63 +1,66 @@
-"""Candidate engine shapes per role (the catalog's engine shapes, the user's, or a whole
-family) and what one instance of each sustains at the SLO (compiler/perf/capacity.py)."""
+"""Candidate engine shapes per role and what one instance of each sustains at the SLO
+(compiler/perf/capacity.py).
+
+The search space is every shape that fits (compiler/precheck.py, what `rackc check` lists),
+for prefill, decode and aggregated instances alike, unless the deployment narrows it:
+`objective.shapes` names the shapes per role, `objective.layout` picks disaggregated (prefill
++ decode) or aggregated serving. Latency mode serves batch-1 sessions on tensor-parallel
+decode, disaggregated.
+"""
 
 from compiler.load import Inputs
-from compiler.perf.capacity import Candidate, decode_candidate, prefill_candidate
+from compiler.perf.capacity import (
+    Candidate,
+    aggregated_candidate,
+    decode_candidate,
+    prefill_candidate,
+)
 from compiler.perf.serving import Workload
 from compiler.precheck import Precheck
 from compiler.shapes import Shape
 
-
-def searched_kinds(inputs: Inputs, role: str, mode: str) -> tuple[str, ...]:
-    """Shape families the solver searches (SYSTEM.md engine shapes): MoE models serve prefill
-    and high-concurrency decode data-parallel with wide expert parallelism (DEPn) and the
-    lowest-latency decode tensor-parallel (TPn); dense models are tensor-parallel throughout.
-    Other families (TPnEPn) are used when pinned."""
-    if not inputs.model.spec.moe:
-        return ("TP",)
-    if role == "decode" and mode == "latency":
-        return ("TP",)
-    return ("DEP",)
+ROLES = {"disaggregated": ("prefill", "decode"), "aggregated": ("aggregated",),
+         "any": ("prefill", "decode", "aggregated")}
 
 
-def searched_names(inputs: Inputs, role: str, mode: str, recipe_ok: bool = True
-                   ) -> list[str] | None:
-    """Shape names to search for `role`: the deployment's objective.shapes, else the system's
-    engine shapes from the catalog (MoE models, while `recipe_ok`), else None (every shape
-    of the family)."""
+def searched_roles(inputs: Inputs, mode: str) -> tuple[str, ...]:
+    """The roles the count model may use: latency mode is disaggregated (its TP decode
+    serves batch-1 sessions); otherwise what objective.layout allows."""
+    if mode == "latency":
+        return ROLES["disaggregated"]
+    return ROLES[inputs.deployment.spec.objective.layout]
+
+
+def _searched(inputs: Inputs, pre: Precheck, role: str, mode: str) -> list[Shape]:
+    fits = pre.feasible("decode" if role == "aggregated" else role)
     user = getattr(inputs.deployment.spec.objective.shapes, role)
     if user is not None:
-        return user
-    recipe = inputs.system.engine_shapes
-    if recipe is None or not inputs.model.spec.moe or not recipe_ok:
-        return None
+        return [s for s in fits if s.name in user]
     if role == "decode" and mode == "latency":
-        return recipe.latency.value
-    return getattr(recipe, role).value
-
-
-def _searched(inputs: Inputs, shapes: list[Shape], role: str, mode: str,
-              recipe_ok: bool) -> list[Shape]:
-    names = searched_names(inputs, role, mode, recipe_ok)
-    if names is not None:
-        return [s for s in shapes if s.name in names]
-    return [s for s in shapes if s.kind in searched_kinds(inputs, role, mode)]
-
-
-def uses_recipe(inputs: Inputs) -> bool:
-    """Whether the catalog's engine shapes narrow the search for this deployment."""
-    shapes = inputs.deployment.spec.objective.shapes
-    return inputs.system.engine_shapes is not None and inputs.model.spec.moe is not None \
-        and (shapes.prefill is None or shapes.decode is None)
+        return [s for s in fits if s.kind == "TP"]
+    return fits
 
 
 def candidates(inputs: Inputs, pre: Precheck, w: Workload, hit: float, mode: str,
-               prefill_gpus_guess: int, recipe_ok: bool = True) -> list[Candidate]:
-    """Usable and unusable candidates (the latter with `why_not`), in a stable order."""
+               prefill_gpus_guess: int) -> list[Candidate]:
+    """Usable and unusable candidates (the latter with `why_not`), in a stable order. An
+    aggregated instance is searched only where its shape's decode meets the per-user SLO
+    (prompt chunks only slow its steps), up to that decode's batch."""
+    roles = searched_roles(inputs, mode)
     out = []
-    for shape in _searched(inputs, pre.feasible("prefill"), "prefill", mode, recipe_ok):
-        out.append(prefill_candidate(inputs, shape, w, hit, prefill_gpus_guess))
-    decode_shapes = _searched(inputs, pre.feasible("decode"), "decode", mode, recipe_ok)
-    for shape in decode_shapes:
-        out.append(decode_candidate(inputs, shape, w, 1 if mode == "latency" else None))
+    if "prefill" in roles:
+        out += [prefill_candidate(inputs, s, w, hit, prefill_gpus_guess)
+                for s in _searched(inputs, pre, "prefill", mode)]
+    decode = {s.name: decode_candidate(inputs, s, w, 1 if mode == "latency" else None)
+              for s in _searched(inputs, pre, "decode" if "decode" in roles else "aggregated",
+                                 mode)}
+    if "decode" in roles:
+        out += list(decode.values())
+    if "aggregated" in roles:
+        for s in _searched(inputs, pre, "aggregated", mode):
+            d = decode.get(s.name) or decode_candidate(inputs, s, w, None)
+            if d.requests_per_s <= 0:
+                out.append(Candidate("aggregated", s, 0.0, 0, 0, d.step_us, d.why_not))
+                continue
+            out.append(aggregated_candidate(inputs, s, w, search_up_to=d.max_batch))
     return out

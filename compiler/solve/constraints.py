@@ -22,6 +22,7 @@ class CountVars:
     tray_free: dict[str, cp_model.LinearExprT] = field(default_factory=dict)  # tray usable whole
     kept: dict[int, int] = field(default_factory=dict)  # candidate index -> kept instances
     capacity: racks.Capacity | None = None
+    aggregated: cp_model.IntVar | None = None  # 1: aggregated serving, 0: prefill + decode
 
 
 def whole_trays(problem: Problem, gpus: int) -> int:
@@ -83,7 +84,7 @@ def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
 
 def add_slo(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     """Candidates that cannot meet the SLO stay unused while the SLO requirement holds."""
-    for key, roles in (("slo", ("decode",)), ("ttft", ("prefill",))):
+    for key, roles in (("slo", ("decode", "aggregated")), ("ttft", ("prefill", "aggregated"))):
         lit = v.lits.get(key)
         for i, c in enumerate(p.candidates):
             if i in v.n and c.role in roles and c.requests_per_s <= 0:
@@ -111,24 +112,37 @@ def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
 
 
 def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """A deployment serves: prefill and decode both present, or aggregated instances."""
+    """A deployment serves one way: prefill and decode both present, or aggregated instances
+    alone (vLLM's disaggregated and aggregated workers do not share a frontend here); where
+    both are candidates, `v.aggregated` chooses."""
     def total(role: str) -> cp_model.LinearExpr:
         return sum(_all(v, i) for i, c in enumerate(p.candidates) if c.role == role and i in v.n)
 
-    if any(c.role == "aggregated" for c in p.candidates):
-        m.add(total("aggregated") >= 1)
-    else:
-        m.add(total("prefill") >= 1)
-        m.add(total("decode") >= 1)
+    roles = {c.role for c in p.candidates}
+    aggregated = m.new_bool_var("aggregated")
+    if "aggregated" not in roles:
+        m.add(aggregated == 0)
+    elif not roles & {"prefill", "decode"}:
+        m.add(aggregated == 1)
+    v.aggregated = aggregated
+    if "aggregated" in roles:
+        m.add(total("aggregated") >= 1).only_enforce_if(aggregated)
+        m.add(total("aggregated") == 0).only_enforce_if(aggregated.Not())
+    if roles & {"prefill", "decode"}:
+        for role in ("prefill", "decode"):
+            m.add(total(role) >= 1).only_enforce_if(aggregated.Not())
+            m.add(total(role) == 0).only_enforce_if(aggregated)
 
 
 def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """Goodput is the smaller of prefill and decode supply (requests/s at the SLO)."""
+    """Goodput is the smaller of prefill and decode supply (requests/s at the SLO), or the
+    aggregated instances' supply, whichever way the layout serves."""
     for role in ("prefill", "decode", "aggregated"):
         terms = [(i, c) for i, c in enumerate(p.candidates) if c.role == role and i in v.n]
         if terms:
             supply = sum(_all(v, i) * scaled_supply(c.requests_per_s) for i, c in terms)
-            m.add(v.goodput <= supply)
+            serving = v.aggregated if role == "aggregated" else v.aggregated.Not()
+            m.add(v.goodput <= supply).only_enforce_if(serving)
 
 
 def supply(v: CountVars, p: Problem) -> cp_model.LinearExpr:

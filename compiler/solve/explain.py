@@ -28,6 +28,7 @@ def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
             f"{gpus} GPUs that cannot hold both",
             "add trays or nodes, or serve a smaller model")], exit_code=3)
     texts = [p.requirements[k].text for k in keys]
+    reachable = _reachable(p, keys)
     out = []
     for k in keys:
         r = p.requirements[k]
@@ -38,5 +39,27 @@ def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
         out.append(Diagnostic(
             "error", "E501", src.file, pos.line, pos.column, format_path(r.path),
             "requirements that can hold together", got,
-            "these requirements conflict (a sufficient set, shrunk by deletion); relax one"))
+            "these requirements conflict (a sufficient set, shrunk by deletion); relax one"
+            + reachable.get(k, "")))
     return CompileError(out, exit_code=3)
+
+
+def _reachable(p: Problem, keys: list[str]) -> dict[str, str]:
+    """For an SLO requirement: the best value of its metric any searched candidate reaches
+    (decode at batch 1, prefill idle) and which one, so the user knows what to ask for."""
+    out = {}
+    for k in keys:
+        if k not in ("slo", "ttft"):
+            continue
+        metric = str(p.requirements[k].path[-1])
+        higher = metric.startswith("tokens")
+        found = [(dict(c.reach)[metric], f"{c.role} {c.shape.name}") for c in p.candidates
+                 if metric in dict(c.reach)]
+        if not found:
+            continue
+        value, where = (max if higher else min)(found, key=lambda vw: vw[0])
+        unit = "tokens/s per user" if higher else "ms"
+        how = "at batch 1" if higher else "when idle"
+        out[k] = (f"; the best any searched layout reaches is {value:.4g} {unit} "
+                  f"({metric}), with {where} {how}")
+    return out

@@ -14,4 +14,7 @@ def solver() -> cp_model.CpSolver:
     s.parameters.max_deterministic_time = DETERMINISTIC_SECONDS
     s.parameters.linearization_level = 2  # the tray-role cuts need the full LP
     s.parameters.log_search_progress = False
+    # OR-Tools' own SIGINT handler would end the search early and let a cut-short solution be
+    # written; rackc's CLI handles ^C and SIGTERM itself (exit 130/143, OUT untouched).
+    s.parameters.catch_sigint_signal = False
     return s

@@ -75,7 +75,6 @@ class Problem:
     mode: str
     unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
     requirements: dict[str, Requirement] = field(default_factory=dict)
-    recipe: bool = False  # the candidates are the catalog's engine shapes for the system
     kept: list[Kept] = field(default_factory=list)  # incremental recompile: fixed instances
     next_id: dict[str, int] = field(default_factory=dict)  # role -> first unused id number
 

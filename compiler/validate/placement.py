@@ -102,6 +102,7 @@ def _feasible(demands: list[Demand], nodes: list[Node], families: list[str]) -> 
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_deterministic_time = SOLVER_SECONDS
+    solver.parameters.catch_sigint_signal = False  # its handler would leave ^C at SIG_DFL
     return solver.Solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from compiler import api
+from compiler import api, output_dir
 from compiler.validate import bundle, crds, kube, rules
 from schemas.diagnostics import CompileError, Diagnostic
 
@@ -124,13 +124,43 @@ def _rules(plan, files: dict[str, str | bytes], report: "Report") -> None:
             "fix the schema errors first, or compile OUT again"))
 
 
+def as_written(out: Path) -> list[Diagnostic]:
+    """OUT against its manifest: one E807 per file added, changed or removed since rackc
+    wrote it (a deleted kustomization.yaml would otherwise pass unbuilt). CompileError (exit
+    2) up front for what is neither a file nor a folder (a FIFO would hang kustomize, a link
+    would make it read outside OUT)."""
+    try:
+        files, odd, folders = output_dir.listing(out)
+    except OSError as exc:
+        raise _bad_out(out, f"unreadable: {exc.strerror or exc}") from None
+    if odd:
+        raise _bad_out(out, f"{', '.join(odd[:5])} in it",
+                       "rackc writes regular files only; compile OUT again")
+    manifest = output_dir.read_manifest(out)
+    if manifest is None:
+        return [Diagnostic("error", "E807", output_dir.MANIFEST, 0, 0, "",
+                           "the manifest rackc compile writes", "none or unreadable",
+                           "validate a folder as `rackc compile -o OUT` wrote it")]
+    files.pop(output_dir.MANIFEST, None)
+    drift = output_dir.drifted(manifest, files)
+    drift["files rackc did not write:"] += [f"{f}/" for f in sorted(
+        folders - output_dir.folders_of(manifest))]
+    return [Diagnostic("error", "E807", rel, 0, 0, "", "the file as rackc compile wrote it "
+                       f"({output_dir.MANIFEST})", label.removesuffix(":").replace("files ", ""),
+                       "compile OUT again, or change the inputs rather than the bundle")
+            for label, names in drift.items() for rel in names]
+
+
 def validate(out: Path, crd_dir: Path | None = None) -> Report:
     """Every check of OUT; CompileError (exit 2) when OUT or the CRD folder cannot be read."""
+    if not out.is_dir() or out.is_symlink():
+        raise _bad_out(out, "no such folder" if not out.exists() else "not a folder")
+    drift = as_written(out)
     files = read_out(out)
     plan = api.read_plan(out / "plan.yaml")
     folder = crds.crd_folder(crd_dir)
     known = crds.load_crds(folder) if folder is not None else {}
-    report = Report()
+    report = Report(diagnostics=drift)
     files = _unreadable(files, report)
     _rules(plan, files, report)
     for name in SCHEMA_FOLDERS:

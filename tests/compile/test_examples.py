@@ -123,9 +123,9 @@ def test_compile_writes_plan_and_report_then_explain_and_diff(tmp_path: Path):
     proc = run("compile", str(VR), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     for name in ("plan.yaml", "report/performance.md", "report/performance.json",
-                 "report/curve.png", "report/rack.png"):
+                 "report/index.html", "report/curve.svg"):
         assert (out / name).is_file()
-    assert (out / "report" / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "report" / "index.html").read_text().startswith("<!DOCTYPE html>")
     plan = yaml.safe_load((out / "plan.yaml").read_text())
     assert list(plan)[:3] == ["apiVersion", "kind", "inputs_digest"]
     for key in ("instances", "memory", "engram_shards", "kv_pool", "routing", "solver",
@@ -142,7 +142,8 @@ def test_predict_json_keys():
     proc = subprocess.run([sys.executable, "-m", "compiler.cli", "predict", str(VR), "--format",
                            "json"], capture_output=True, text=True, check=False)
     data = json.loads(proc.stdout)
-    assert list(data) == list(Predicted.model_fields)  # the typed prediction, in its order
+    assert list(data) == [*Predicted.model_fields, "kernels"]  # the typed prediction, in its
+    assert data["kernels"]["engine"] == "vllm"  # order, and whose kernels it used
     for key in ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
                 "tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
                 "ttft_ms_p90", "tpot_ms_p50", "prefix_hit_rate", "tokens_per_s_per_kw",

@@ -151,3 +151,40 @@ def test_a_recompiled_bundle_still_fits_every_tray(tmp_path: Path):
                 round(new.plan.host_memory[tray].pool_gib / ranks, 3))
     assert all(len(v) == 1 for v in per_rank.values()), per_rank
     check_plan(new.plan)
+
+
+def test_restored_gpus_come_back_and_running_instances_stay(fleet):
+    path, old = fleet
+    down = api.compile(path, only=(), base=old, unavailable="r0-t01").plan
+    back = api.compile(path, only=(), base=down, restore="r0-t01").plan
+    check_plan(back)
+    assert not any(g.startswith("r0-t01-") for g in back.hardware.unavailable_gpus)
+    same, stopped, _, moved = incremental.match(down, back)
+    assert not stopped and not moved and len(same) == len(down.instances)
+
+
+def test_restoring_what_the_file_marks_down_blames_the_argument(tmp_path: Path):
+    path = write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 6,
+                                                          "unavailable": {"trays": [1]}})
+    old = api.compile(path, only=()).plan
+    with pytest.raises(CompileError) as info:
+        api.compile(path, only=(), base=old, restore="r0-t01")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.path) == ("E205", "--restore") and "spec.unavailable" in d.hint
+
+
+def test_every_gpu_down_by_the_argument_blames_the_argument(tmp_path: Path):
+    path = write_case(tmp_path, kind="Cluster", hardware={"racks": 1, "trays": 6})
+    old = api.compile(path, only=()).plan
+    with pytest.raises(CompileError) as info:
+        api.compile(path, only=(), base=old, unavailable="r0")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.file, d.path) == ("E205", "<argument>", "--unavailable")
+
+
+def test_a_costly_survivor_layout_is_said_first():
+    plan = type("P", (), {"solver": type("S", (), {"objective": 232.0})()})()
+    [warning, hint] = incremental.survivor_cost(plan, 559.0)
+    assert "--from" in hint
+    assert "232" in warning and "559" in warning and "costs 58%" in warning
+    assert incremental.survivor_cost(plan, 235.0) == []

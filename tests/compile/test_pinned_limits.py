@@ -27,7 +27,7 @@ def test_pinned_batch_limit_and_chunk_reach_the_plan(tmp_path: Path):
     by_role = {i.role: i for i in plan.instances}
     assert by_role["prefill"].max_batched_tokens == 4096 and by_role["prefill"].max_batch == 8
     assert by_role["decode"].max_batch == 1500  # beyond rackc's default cap of 1,024
-    fast = predict_pinned(path)
+    fast, _ = predict_pinned(path)
     assert next(r for r in fast.instances if r.role == "prefill").chunk_tokens == 4096
     assert next(r for r in fast.instances if r.role == "decode").batch <= 1500
 

@@ -65,7 +65,7 @@ def test_offloaded_weights_are_pinned_flagged_and_streamed(tmp_path: Path):
     decode = plan.predicted.breakdown["decode"]
     assert decode["weight_offload"] > decode["moe_experts"]
     # the fast pinned path (`rackc predict`) sizes and costs the offload alike
-    fast = predict_pinned(path)
+    fast, _ = predict_pinned(path)
     assert fast.output_tokens_per_s_per_gpu == plan.predicted.output_tokens_per_s_per_gpu
 
 

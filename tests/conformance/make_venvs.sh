@@ -26,16 +26,24 @@ current() {  # venv stamp
   [ -x "$1/bin/python" ] && [ "$(cat "$1/.stamp" 2>/dev/null)" = "$2" ]
 }
 
+step() {  # message: progress on stderr, with the seconds since the script started
+  printf '[make_venvs %4ds] %s\n' "$SECONDS" "$*" >&2
+}
+
 create() {  # venv lock-file
   rm -rf "$1"
   python3 -m venv "$1"
-  "$1/bin/pip" install --quiet --no-deps -r "$2"
+  step "installing $(grep -cEv '^[[:space:]]*(#|$)' "$2") pinned packages from $(basename "$2") into $1 (the first time: about 15-20 min on 2 cores; pip's cache, ~/.cache/pip, keeps the wheels, so a rebuild is quicker)"
+  # pip prints one line per package it collects and installs: the progress
+  "$1/bin/pip" install --no-deps --progress-bar off -r "$2" \
+    > >(grep --line-buffered -E '^(Collecting|Installing|Successfully)' >&2)
 }
 
 finish() {  # venv stamp python-import-statement
+  step "checking that $1 imports what the tests need (10-20 s)"
   "$1/bin/python" -c "$3" >/dev/null
   echo "$2" > "$1/.stamp"
-  echo "made $1"
+  step "made $1"
 }
 
 # The compiled kernels and vendored GPU code are not needed to parse lines or
@@ -63,7 +71,7 @@ make_vllm() {
   local venv="$repo/.venv-vllm033" lock="$locks/vllm033.txt" stamp
   stamp=$(stamp_of "$lock" "$mooncake_wheel")
   if current "$venv" "$stamp"; then
-    echo "kept $venv"
+    step "kept $venv (its stamp matches the lock file)"
     return
   fi
   create "$venv" "$lock"
@@ -76,7 +84,7 @@ make_dynamo() {
   local venv="$repo/.venv-dyn161" lock="$locks/dyn161-vllm031.txt" stamp
   stamp=$(stamp_of "$lock")
   if current "$venv" "$stamp"; then
-    echo "kept $venv"
+    step "kept $venv (its stamp matches the lock file)"
     return
   fi
   create "$venv" "$lock"

@@ -115,6 +115,29 @@ def test_newest_version_of_the_first_framework_with_the_table(tmp_path: Path):
     assert found[:2] == ("vllm", "0.24.0")
 
 
+def test_a_chosen_framework_comes_first_and_the_others_fill_in(tmp_path: Path):
+    for framework, op_dir in (("vllm", "gemm"), ("sglang", "gemm"), ("vllm", "mla")):
+        folder = tmp_path / op_dir / framework / "1.0"
+        folder.mkdir(parents=True)
+        (folder / "t.parquet").write_bytes(b"")
+    assert aic.preference("sglang") == ("sglang", "vllm", "trtllm")
+    assert aic.find_table(tmp_path, "gemm", "t.parquet", aic.preference("sglang"))[0] == "sglang"
+    assert aic.find_table(tmp_path, "mla", "t.parquet", aic.preference("trtllm"))[0] == "vllm"
+
+
+def test_every_version_is_a_candidate_newest_first(tmp_path: Path):
+    """A newest table with nothing rackc takes (a partial re-collection) gives way to the
+    next: raw_document walks these candidates in this order."""
+    for framework, version in (("trtllm", "1.3.0rc20"), ("trtllm", "1.3.0rc23"),
+                               ("vllm", "0.24.0")):
+        folder = tmp_path / "moe" / framework / version
+        folder.mkdir(parents=True)
+        (folder / "moe_perf.parquet").write_bytes(b"")
+    found = aic.find_tables(tmp_path, "moe", "moe_perf.parquet", aic.preference("trtllm"))
+    assert [(f, v) for f, v, _ in found] == [("trtllm", "1.3.0rc23"), ("trtllm", "1.3.0rc20"),
+                                             ("vllm", "0.24.0")]
+
+
 def one_error(result: tuple[int, list[str], list[str]]) -> str:
     code, out, err = result
     assert code == 2 and out == [] and len(err) == 1

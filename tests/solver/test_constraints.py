@@ -22,7 +22,7 @@ pytestmark = pytest.mark.solver
 def _problem(path: Path):
     inputs = load_inputs(path)
     g = build_graph(inputs)
-    return build_problem(inputs, g, precheck(inputs, g), recipe_ok=False)
+    return build_problem(inputs, g, precheck(inputs, g))
 
 
 def _need(gib: float = 10.0, cap: float = 185.0) -> DomainMemory:
@@ -102,7 +102,8 @@ def test_slo_excludes_shapes_that_miss_it(tmp_path: Path):
 
 
 def test_goodput_is_the_smaller_supply(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 4}))
+    p = _problem(write_case(tmp_path, hardware={"trays": 4},
+                            objective={"layout": "disaggregated"}))
     counts = solve_counts(p)
     supply = {"prefill": 0.0, "decode": 0.0}
     for i, n in counts.by_candidate.items():
@@ -113,7 +114,8 @@ def test_goodput_is_the_smaller_supply(tmp_path: Path):
 
 
 def test_serves_prefill_and_decode(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    p = _problem(write_case(tmp_path, hardware={"trays": 1},
+                            objective={"layout": "disaggregated"}))
     counts = solve_counts(p)
     roles = {p.candidates[i].role for i in counts.by_candidate}
     assert roles == {"prefill", "decode"}
@@ -121,7 +123,7 @@ def test_serves_prefill_and_decode(tmp_path: Path):
 
 def test_engram_peer_group_is_large_enough(tmp_path: Path):
     path = write_case(tmp_path, system="vera-rubin-nvl72", model="deepseek-v4.1-flash",
-                      workload={"profile": "agentx"})
+                      workload={"profile": "agentx"}, objective={"layout": "disaggregated"})
     inputs = load_inputs(path)
     g = build_graph(inputs)
     sol = solve(inputs, g, precheck(inputs, g))
@@ -157,24 +159,43 @@ def test_pins_that_overcommit_the_rack_are_named(tmp_path: Path):
     assert info.value.diagnostics[0].line == 16
 
 
-def test_engine_shapes_of_the_system_are_searched_first(tmp_path: Path):
-    path = write_case(tmp_path, system="vera-rubin-nvl72", model="deepseek-v4.1-flash",
-                      workload={"profile": "agentx"})
+def test_every_shape_check_lists_is_searched_in_every_role(tmp_path: Path):
+    path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
+                      hardware={"nodes": 2}, workload={"profile": "chat"},
+                      slo={"tokens_per_s_per_user_p90": 20, "ttft_ms_p90": 2000})
     p = _problem(path)
-    narrow = build_problem(p.inputs, p.graph, precheck(p.inputs, p.graph))
-    assert {(c.role, c.shape.name) for c in narrow.candidates} == {
-        ("prefill", "DEP2"), ("decode", "DEP16"), ("decode", "DEP32")}
-    assert len(p.candidates) > len(narrow.candidates)
+    fits = {f.shape.name for f in precheck(p.inputs, p.graph).fits if f.fits}
+    assert fits >= {"DEP8", "DEP16", "TP8", "TP8EP8"}
+    for role in ("prefill", "decode", "aggregated"):
+        assert {c.shape.name for c in p.candidates if c.role == role} == fits, role
 
 
-def test_small_rack_falls_back_to_every_shape(tmp_path: Path):
+@pytest.mark.parametrize(("objective", "roles"), [
+    ({"layout": "disaggregated"}, {"prefill", "decode"}),
+    ({"layout": "aggregated"}, {"aggregated"}),
+    ({"shapes": {"decode": ["DEP8"], "prefill": ["DEP4"], "aggregated": []}},
+     {"prefill", "decode"})])
+def test_the_deployment_narrows_the_search(tmp_path: Path, objective: dict, roles: set):
+    path = write_case(tmp_path, system="gb200-nvl72", model="qwen3-30b-a3b",
+                      hardware={"trays": 4}, objective=objective)
+    p = _problem(path)
+    assert {c.role for c in p.candidates} == roles
+    shapes = objective.get("shapes")
+    if shapes:
+        assert {(c.role, c.shape.name) for c in p.candidates} == {
+            ("decode", "DEP8"), ("prefill", "DEP4")}
+    sol = solve(p.inputs, p.graph, precheck(p.inputs, p.graph))
+    assert {w.role for w in sol.wanted} == roles
+
+
+def test_serving_is_aggregated_or_disaggregated_never_both(tmp_path: Path):
     path = write_case(tmp_path, system="gb200-nvl72", model="qwen3-30b-a3b",
                       hardware={"trays": 2})
-    inputs = load_inputs(path)
-    g = build_graph(inputs)
-    sol = solve(inputs, g, precheck(inputs, g))
-    assert {w.role for w in sol.wanted} == {"prefill", "decode"}
-    assert all(w.shape.name not in ("DEP16", "DEP32") for w in sol.wanted)
+    p = _problem(path)
+    assert {c.role for c in p.candidates} == {"prefill", "decode", "aggregated"}
+    sol = solve(p.inputs, p.graph, precheck(p.inputs, p.graph))
+    roles = {w.role for w in sol.wanted}
+    assert roles in ({"aggregated"}, {"prefill", "decode"})
 
 
 def _pinned_cluster(tmp_path: Path, racks: int, trays: int, decode: int, **hardware):
@@ -226,3 +247,15 @@ def test_each_rack_is_placed_by_its_own_model(tmp_path: Path):
     assert sorted(d for r in solves for d in r.domains) == ["nvl0", "nvl1", "nvl2"]
     assert any("nvl2" in r.domains and len(r.domains) == 1 for r in solves)
     assert all(r.status == "OPTIMAL" and r.gap == 0 for r in solves)
+
+
+def test_an_unreachable_slo_names_the_best_value_and_where(tmp_path: Path):
+    path = write_case(tmp_path, hardware={"trays": 4}, slo={"tokens_per_s_per_user_p90": 9_999})
+    inputs = load_inputs(path)
+    g = build_graph(inputs)
+    with pytest.raises(CompileError) as info:
+        solve(inputs, g, precheck(inputs, g))
+    [d] = [d for d in info.value.diagnostics if d.path == "spec.slo.tokens_per_s_per_user_p90"]
+    assert "the best any searched layout reaches is" in d.hint
+    best = float(d.hint.split("reaches is ")[1].split()[0])
+    assert 0 < best < 9_999 and "at batch 1" in d.hint

@@ -40,7 +40,7 @@ def test_creates_and_then_replaces_its_own_output(tmp_path: Path):
     output_dir.write_output(out, {"plan.yaml": "plan: 2\n"})
     assert set(snapshot(out)) == {"plan.yaml", output_dir.MANIFEST}
     assert (out / "plan.yaml").read_text() == "plan: 2\n"
-    assert sorted(p.name for p in out.parent.iterdir()) == [".out.rackc-lock", "out"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no lock, no staging
 
 
 def test_fills_an_empty_folder(tmp_path: Path):
@@ -125,7 +125,7 @@ def test_a_failure_while_writing_leaves_the_old_output(tmp_path: Path,
     monkeypatch.setattr(output_dir, "_fill", fail)
     assert "No space" in refused(output_dir.write_output, out, {"plan.yaml": "new"})
     assert snapshot(out) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.rackc-lock", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_the_two_rename_fallback_restores_the_old_output(tmp_path: Path,
@@ -137,7 +137,7 @@ def test_the_two_rename_fallback_restores_the_old_output(tmp_path: Path,
     real_rename = os.rename
 
     def rename(src, dst):
-        if ".rackc-stage." in str(src) and not str(src).endswith(".old"):
+        if ".rackc-stage." in str(src) and not str(src).endswith("/old"):
             raise OSError(5, "Input/output error")
         real_rename(src, dst)
 
@@ -149,16 +149,33 @@ def test_the_two_rename_fallback_restores_the_old_output(tmp_path: Path,
     assert (out / "plan.yaml").read_text() == "new"
 
 
-def test_stale_staging_of_dead_processes_is_swept(tmp_path: Path):
+def _staging(folder: Path, pid: int | str, token: str, marker: str | None) -> Path:
+    stage = folder / f".out.rackc-stage.{pid}.{token}"
+    (stage / "out").mkdir(parents=True)
+    (stage / "out" / "plan.yaml").write_text("old")
+    if marker is not None:
+        (stage / output_dir.STAGE_MARKER).write_text(marker)
+    return stage
+
+
+def test_only_rackcs_own_staging_of_dead_processes_is_swept(tmp_path: Path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    stale = tmp_path / f".out.rackc-stage.{dead}.abc"
-    stale.mkdir()
-    (stale / "plan.yaml").write_text("old")
-    live = tmp_path / f".out.rackc-stage.{os.getpid()}.def"
-    live.mkdir()
+    stale = _staging(tmp_path, dead, "abc", f"rackc staging {dead} abc\n")
+    live = _staging(tmp_path, os.getpid(), "def", f"rackc staging {os.getpid()} def\n")
+    user = _staging(tmp_path, dead, "ghi", None)  # a user's folder that only looks like one
+    forged = _staging(tmp_path, dead, "jkl", f"rackc staging {dead} other\n")
     output_dir.write_output(tmp_path / "out", ARTIFACTS)
-    assert not stale.exists() and live.exists()
+    assert not stale.exists() and live.exists() and user.exists() and forged.exists()
+    assert (user / "out" / "plan.yaml").read_text() == "old"
+
+
+def test_an_empty_user_folder_inside_out_is_not_replaced_away(tmp_path: Path):
+    out = tmp_path / "out"
+    output_dir.write_output(out, ARTIFACTS)
+    (out / "vllm" / "notes").mkdir()
+    assert "notes/ (a folder)" in refused(output_dir.write_output, out, ARTIFACTS)
+    assert (out / "vllm" / "notes").is_dir()
 
 
 def test_check_lists_differences(tmp_path: Path):
@@ -251,3 +268,11 @@ def test_the_emitter_dies_with_its_parent(sig: signal.Signals):
     while not _gone(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(child)
+
+
+def test_a_replaced_single_file_keeps_its_mode(tmp_path: Path):
+    path = tmp_path / "curve.png"
+    path.write_bytes(b"old")
+    path.chmod(0o600)
+    files.write_bytes_atomic(path, b"new", "--plot")
+    assert path.read_bytes() == b"new" and (path.stat().st_mode & 0o777) == 0o600

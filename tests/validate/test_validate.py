@@ -2,6 +2,7 @@
 the object named when a defect is put back into OUT; bad OUT and CRD folders are diagnostics."""
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -167,13 +168,13 @@ def test_without_the_extra_it_says_how_to_install_it(out, capsys, monkeypatch):
 def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypatch):
     """Every rule is enforced: a k8s target that put two channel-claiming prefill pods on each
     tray again would make compile refuse the bundle (exit 3) before anything is written."""
-    from compiler import api
+    from compiler import api, targets_registry
     from schemas.diagnostics import CompileError
 
     from .test_rules import _channel_pods
 
     assert frozenset(rules.RULES) == rules.ENFORCED
-    real = api.targets
+    real = targets_registry.targets
 
     def with_defect():
         emits = real()
@@ -185,7 +186,7 @@ def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypat
 
         return {**emits, "k8s": k8s}
 
-    monkeypatch.setattr(api, "targets", with_defect)
+    monkeypatch.setattr(targets_registry, "targets", with_defect)
     with pytest.raises(CompileError) as info:
         api.compile(EXAMPLES / VR / "deployment.yaml")
     assert info.value.exit_code == 3
@@ -198,3 +199,41 @@ def test_requests_whose_node_capacity_is_unknown_are_named(out, capsys):
         "containers"][0].update(resources={"requests": {"cpu": "2"}}))
     _, report = validate(capsys, str(out))
     assert report["capacity_not_checked"] == ["cpu"]
+
+
+def test_a_deleted_kustomization_is_a_difference_from_the_manifest(out, capsys):
+    (out / "k8s/kustomization.yaml").unlink()
+    rc, report = validate(capsys, str(out))
+    drift = [d for d in report["diagnostics"] if d["code"] == "E807"]
+    assert rc == 1 and [(d["file"], d["got"]) for d in drift] == [
+        ("k8s/kustomization.yaml", "removed since")]
+
+
+def test_edited_and_added_files_are_named(out, capsys):
+    (out / "lws/extra.yaml").write_text("a: 1\n")
+    (out / "vllm/notes").mkdir()
+    with open(out / "k8s/namespace.yaml", "a") as f:
+        f.write("# edited\n")
+    rc, report = validate(capsys, str(out))
+    drift = sorted((d["file"], d["got"]) for d in report["diagnostics"] if d["code"] == "E807")
+    assert rc == 1 and drift == [("k8s/namespace.yaml", "changed since"),
+                                 ("lws/extra.yaml", "rackc did not write"),
+                                 ("vllm/notes/", "rackc did not write")]
+
+
+def test_a_compiled_out_has_no_differences(compiled_out, capsys):
+    _, report = validate(capsys, str(compiled_out))
+    assert not [d for d in report["diagnostics"] if d["code"] == "E807"]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_links_and_fifos_in_out_are_refused_up_front(out, capsys, kind):
+    target = out / "k8s/kustomization.yaml"
+    target.unlink()
+    if kind == "symlink":
+        target.symlink_to(out / "lws/kustomization.yaml")
+    else:
+        os.mkfifo(target)
+    assert cli.main(["validate", str(out)]) == 2  # no wait for kustomize on the FIFO
+    err = capsys.readouterr().err
+    assert "error[E801]" in err and "k8s/kustomization.yaml" in err

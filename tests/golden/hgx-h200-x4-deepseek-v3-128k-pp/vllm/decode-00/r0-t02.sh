@@ -11,8 +11,8 @@ export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-2
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 8 \
-  --max-num-seqs 12 \
-  --max-num-batched-tokens 12 \
+  --max-num-seqs 4 \
+  --max-num-batched-tokens 4 \
   --max-model-len 135168 \
   --block-size 64 \
   --gpu-memory-utilization 0.96 \

@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-03 (DEP32, decode), node 1 of 8 (leader): ranks 0-3 on tray r1-t05, node vr-a-t05
+# rackc: decode-03 (DEP32, decode), node 6 of 8 (headless): ranks 20-23 on tray r1-t05, node vr-a-t05
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -13,7 +13,7 @@ export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_ENGINE_READY_TIMEOUT_S=2040
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-t05
-export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
+export VLLM_NIXL_SIDE_CHANNEL_PORT=5580
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
@@ -32,10 +32,11 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' \
   --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
-  --port 8000 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v41 \
   --reasoning-parser deepseek_v41 \
+  --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-address vr-a-t05 \
+  --data-parallel-start-rank 20 \
+  --data-parallel-address vr-a-t00 \
   --data-parallel-rpc-port 13445

@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-03 (DEP32, decode), node 3 of 8 (headless): ranks 8-11 on tray r1-t07, node vr-a-t07
+# rackc: decode-03 (DEP32, decode), node 8 of 8 (headless): ranks 28-31 on tray r1-t07, node vr-a-t07
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -13,7 +13,7 @@ export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_ENGINE_READY_TIMEOUT_S=2040
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-t07
-export VLLM_NIXL_SIDE_CHANNEL_PORT=5592
+export VLLM_NIXL_SIDE_CHANNEL_PORT=5572
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
@@ -37,6 +37,6 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --reasoning-parser deepseek_v41 \
   --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-start-rank 8 \
-  --data-parallel-address vr-a-t05 \
+  --data-parallel-start-rank 28 \
+  --data-parallel-address vr-a-t00 \
   --data-parallel-rpc-port 13445

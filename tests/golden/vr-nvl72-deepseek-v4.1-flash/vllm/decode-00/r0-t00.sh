@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-00 (DEP32, decode), node 1 of 8 (leader): ranks 0-3 on tray r0-t00, node vr-a-r0-t00
+# rackc: decode-00 (DEP64, decode), node 1 of 16 (leader): ranks 0-3 on tray r0-t00, node vr-a-r0-t00
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -11,17 +11,17 @@ export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
-export VLLM_ENGINE_READY_TIMEOUT_S=2040
+export VLLM_ENGINE_READY_TIMEOUT_S=1800
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t00
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 32 \
+  --data-parallel-size 64 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 17 \
-  --max-num-batched-tokens 102 \
+  --max-num-seqs 18 \
+  --max-num-batched-tokens 108 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

@@ -1,21 +1,24 @@
 #!/bin/sh
-# rackc: prefill-00 (DEP2, prefill), node 1 of 1 (leader): ranks 0-1 on tray r0-t16, node vr-a-r0-t16
+# rackc: prefill-00 (DEP8, prefill), node 1 of 2 (leader): ranks 0-3 on tray r0-t16, node vr-a-r0-t16
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
-export CUDA_VISIBLE_DEVICES=0,1
+export CUDA_VISIBLE_DEVICES=0,1,2,3
 export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/vr-a-r0-t16.json
+export NCCL_CUMEM_ENABLE=1
+export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
+export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=2040
+export VLLM_ENGINE_READY_TIMEOUT_S=1800
 export VLLM_NIXL_SIDE_CHANNEL_HOST=vr-a-r0-t16
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 2 \
+  --data-parallel-size 8 \
   --enable-expert-parallel \
-  --all2all-backend deepep_high_throughput \
+  --all2all-backend allgather_reducescatter \
   --max-num-seqs 64 \
   --max-num-batched-tokens 16384 \
   --max-model-len 131072 \
@@ -31,4 +34,7 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --port 8000 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v41 \
-  --reasoning-parser deepseek_v41
+  --reasoning-parser deepseek_v41 \
+  --data-parallel-size-local 4 \
+  --data-parallel-address vr-a-r0-t16 \
+  --data-parallel-rpc-port 13445

@@ -1,0 +1,63 @@
+"""^C and SIGTERM: either the command stops with nothing of its own left behind (exit 130 or
+143), or, once OUT is being committed, the commit finishes first.
+
+`install` (the CLI does it) turns both signals into `Interrupted`, raised in the main thread
+wherever it is, so `finally` blocks clean up as they unwind. Inside `held()` a signal is only
+noted and raised when the outermost `held` block ends: the swap of OUT and the removal of the
+staging folder are never cut in half. A flag rather than a signal mask, because Python runs
+its handlers in the main thread whichever thread the kernel chose.
+"""
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_depth = 0
+_pending: list[int] = []
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def _handler(signum: int, _frame: object) -> None:
+    if _depth:
+        _pending.append(signum)
+        return
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    for signum in SIGNALS:
+        signal.signal(signum, _handler)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            raise Interrupted(signum)
+
+
+def pending() -> bool:
+    """A signal came during the `held` block that is running."""
+    return bool(_pending)
+
+
+def forget() -> None:
+    """The work a signal would have stopped is committed: answer it by finishing."""
+    _pending.clear()

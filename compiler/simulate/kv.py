@@ -1,0 +1,143 @@
+"""Where KV lives and how it moves: a rank's own prefix cache, the Mooncake pool over DRAM
+(and HBM) segments, and the links hand-offs and pool loads queue on.
+
+A cache entry is one session's context prefix (its blocks, counted in tokens): a request that
+continues the session reads the cached part of its `reuse` tokens and computes the rest.
+"""
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+SPREAD_HASH = 2654435761  # Knuth's multiplicative hash
+
+
+class PrefixCache:
+    """vLLM's prefix cache on one rank: free KV blocks keep the prefixes of finished
+    prompts until they are needed (least recently used first)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.capacity = max(0, tokens)
+        self.used = 0
+        self.entries: OrderedDict[int, int] = OrderedDict()
+        self.evicted: list[int] = []  # keys dropped by `put`, for an index to forget
+        self.track = False
+
+    def hit(self, key: int, want: int) -> int:
+        have = self.entries.get(key)
+        if have is None or want <= 0:
+            return 0
+        self.entries.move_to_end(key)
+        return min(have, want)
+
+    def peek(self, key: int, want: int) -> int:
+        """What `hit` would find, without touching the recency order."""
+        return min(self.entries.get(key, 0), max(0, want))
+
+    def put(self, key: int, tokens: int) -> None:
+        tokens = min(tokens, self.capacity)
+        old = self.entries.pop(key, 0)
+        self.used -= old
+        while self.entries and self.used + tokens > self.capacity:
+            gone, size = self.entries.popitem(last=False)
+            self.used -= size
+            if self.track:
+                self.evicted.append(gone)
+        if tokens > 0:
+            self.entries[key] = tokens
+            self.used += tokens
+
+
+@dataclass
+class PoolSegment:
+    tray: str
+    cache: PrefixCache
+    alive: bool = True
+
+
+@dataclass
+class Pool:
+    """The Mooncake store: objects (a session's prefix) live on one segment each, placed on
+    a segment by key; a full segment evicts its least recently used objects; a failed
+    tray's segment and its objects are gone."""
+
+    segments: list[PoolSegment]
+    where: dict[int, int] = field(default_factory=dict)  # session -> segment index
+    live: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.live = [i for i, s in enumerate(self.segments) if s.alive]
+        for s in self.segments:
+            s.cache.track = True
+
+    @property
+    def capacity(self) -> int:
+        return sum(s.cache.capacity for s in self.segments if s.alive)
+
+    @property
+    def used(self) -> int:
+        return sum(s.cache.used for s in self.segments if s.alive)
+
+    def hit(self, key: int, want: int) -> tuple[int, str | None]:
+        """(tokens found, the tray they load from)."""
+        i = self.where.get(key)
+        if i is None:
+            return 0, None
+        seg = self.segments[i]
+        got = seg.cache.hit(key, want)
+        if got == 0:  # evicted meanwhile
+            del self.where[key]
+            return 0, None
+        return got, seg.tray
+
+    def peek(self, key: int, want: int) -> int:
+        i = self.where.get(key)
+        return 0 if i is None else self.segments[i].cache.peek(key, want)
+
+    def put(self, key: int, tokens: int) -> None:
+        """Store (or refresh) a session's prefix: on the segment it is on, else on the live
+        segment its key hashes to (assumed: the master spreads objects evenly)."""
+        if tokens <= 0 or not self.live:
+            return
+        i = self.where.get(key)
+        if i is None:
+            i = self.live[(key * SPREAD_HASH) % (1 << 32) % len(self.live)]
+            self.where[key] = i
+        self.segments[i].cache.put(key, tokens)
+        if key not in self.segments[i].cache.entries:
+            del self.where[key]
+        for gone in self.segments[i].cache.evicted:
+            self.where.pop(gone, None)
+        self.segments[i].cache.evicted.clear()
+
+    def fail(self, trays: set[str]) -> int:
+        """Drop the segments on `trays`; the tokens lost."""
+        lost = 0
+        for s in self.segments:
+            if s.alive and s.tray in trays:
+                s.alive = False
+                lost += s.cache.used
+                for key in s.cache.entries:
+                    self.where.pop(key, None)
+                s.cache.entries.clear()
+                s.cache.used = 0
+        self.live = [i for i, s in enumerate(self.segments) if s.alive]
+        return lost
+
+
+class Links:
+    """First come, first served links: a transfer starts when the data is ready and every
+    link it crosses is free, and holds them for its duration (NIXL moves one request's KV
+    at a time per link; concurrent transfers share a link by queueing, the same total)."""
+
+    def __init__(self) -> None:
+        self.free_at: dict[str, float] = {}
+        self.busy_us: dict[str, float] = {}
+
+    def reserve(self, links: tuple[str, ...], ready: float, duration: float) -> float:
+        """The finish time of a transfer over `links`."""
+        start = max([ready] + [self.free_at.get(k, 0.0) for k in links])
+        end = start + duration
+        for k in links:
+            self.free_at[k] = end
+            self.busy_us[k] = self.busy_us.get(k, 0.0) + duration
+        return end

@@ -1,0 +1,232 @@
+"""Requests to replay: from a generator (`PROFILES`) or a JSON Lines trace.
+
+Every generator draws from a numpy Generator seeded by the caller, so a seed gives the same
+requests. Lengths follow gamma distributions with the deployment workload's mean and
+coefficient of variation (the family is assumed; the closed form uses only mean and CV).
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from compiler.perf.serving import Workload
+from schemas.diagnostics import CompileError, Diagnostic
+
+PROFILES = ("closed", "poisson", "bursty", "agentic")
+BURST_CV = 4.0  # assumed: inter-arrival CV of the bursty profile (gamma arrivals)
+THINK_S = 2.0  # assumed: mean tool-call time between an agent's turns (exponential)
+BRANCH_P = 0.1  # assumed: share of agent turns that start a sub-agent
+BRANCH_TURNS = 3  # assumed: turns of a sub-agent before it returns to its parent
+CONTEXT_CAP = 131072  # an agent's context is reset beyond this (InferenceX issue 1632's cap)
+TRACE_FIELDS = ("arrival_s", "session", "think_s", "input_tokens", "output_tokens",
+                "prefix_tokens")
+TRACE_MAX_LINES = 10_000_000
+
+
+@dataclass(frozen=True)
+class Requests:
+    """One row per request, in issue order. Closed-loop requests (client >= 0) are issued
+    `think_us` after their client's previous one finishes (the first at `arrival_us`);
+    open-loop ones (client -1) at `arrival_us`. `reuse` input tokens continue the context
+    of session `parent` (its own session, or the one a sub-agent branched from)."""
+
+    isl: np.ndarray
+    osl: np.ndarray
+    reuse: np.ndarray
+    session: np.ndarray
+    parent: np.ndarray
+    client: np.ndarray
+    arrival_us: np.ndarray
+    think_us: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.isl)
+
+
+def _lengths(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
+    if cv <= 0:
+        return np.full(n, max(1, round(mean)), dtype=np.int64)
+    k = 1.0 / (cv * cv)
+    return np.maximum(1, np.rint(rng.gamma(k, mean / k, n))).astype(np.int64)
+
+
+def generate(profile: str, w: Workload, n: int, seed: int, rate_per_s: float | None = None,
+             max_len: int = CONTEXT_CAP) -> Requests:
+    rng = np.random.default_rng(seed)
+    if profile == "agentic":
+        return _agentic(rng, w, n, max_len)
+    # a session keeps one context length (its window of earlier turns): each of its
+    # requests continues `prefix_reuse` of it, as the closed form's working set assumes
+    sessions = max(1, round(w.sessions))
+    context = np.minimum(_lengths(rng, w.isl, w.isl_cv, sessions), max_len - 1)
+    osl_all = _lengths(rng, w.osl, w.osl_cv, n)
+    clients = max(1, round(w.concurrency))
+    idx = np.arange(n)
+    if profile == "closed":
+        # a benchmark client at fixed concurrency: request i goes to client i mod c, which
+        # cycles through its share of the sessions
+        client = idx % clients
+        session = (client + clients * ((idx // clients) % max(1, sessions // clients))) \
+            % sessions
+        isl, osl, reuse = _turns(context, session, osl_all, w.prefix_reuse, max_len)
+        zeros = np.zeros(n)
+        return Requests(isl, osl, reuse, session, session, client, zeros, zeros)
+    if rate_per_s is None or rate_per_s <= 0:
+        raise ValueError("an open-loop profile needs a positive request rate")
+    mean_gap = 1e6 / rate_per_s
+    if profile == "poisson":
+        gaps = rng.exponential(mean_gap, n)
+    else:
+        k = 1.0 / (BURST_CV * BURST_CV)
+        gaps = rng.gamma(k, mean_gap / k, n)
+    session = rng.integers(0, sessions, n)
+    isl, osl, reuse = _turns(context, session, osl_all, w.prefix_reuse, max_len)
+    return Requests(isl, osl, reuse, session, session, np.full(n, -1), np.cumsum(gaps),
+                    np.zeros(n))
+
+
+def _turns(context: np.ndarray, session: np.ndarray, osl: np.ndarray, reuse_share: float,
+           max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    isl = context[session]
+    return isl, np.minimum(osl, max_len - isl), np.rint(isl * reuse_share).astype(np.int64)
+
+
+def _agentic(rng: np.random.Generator, w: Workload, n: int, max_len: int) -> Requests:
+    """Closed-loop agents: each client runs sessions whose context grows turn by turn (the
+    previous input and output stay, `isl * (1 - prefix_reuse)` new tokens come each turn),
+    waits a think time between turns, sometimes branches a sub-agent that starts from its
+    parent's context, and starts a fresh session once the context passes the cap."""
+    clients = max(1, round(w.concurrency))
+    new_mean = max(1.0, w.isl * (1 - w.prefix_reuse))
+    cols = {k: np.zeros(n, dtype=np.int64) for k in ("isl", "osl", "reuse", "session",
+                                                      "parent", "client")}
+    think = np.zeros(n)
+    osl = _lengths(rng, w.osl, w.osl_cv, n)
+    new = _lengths(rng, new_mean, w.isl_cv, n)
+    start = _lengths(rng, w.isl, w.isl_cv, clients)
+    context = np.minimum(start, max_len // 2).astype(np.int64)  # fresh sessions' prompts
+    session = np.arange(clients, dtype=np.int64)
+    next_session = clients
+    branch_left = np.zeros(clients, dtype=np.int64)
+    branch_of = np.full(clients, -1, dtype=np.int64)
+    branch_ctx = np.zeros(clients, dtype=np.int64)
+    u = rng.random(n)
+    gaps = rng.exponential(THINK_S * 1e6, n)
+    for i in range(n):
+        c = i % clients
+        first = i < clients
+        if branch_left[c] > 0 and branch_ctx[c] + new[i] + osl[i] <= max_len:
+            # a sub-agent's turn, on its own session
+            s, ctx = branch_of[c], branch_ctx[c]
+            parent = s if branch_left[c] < BRANCH_TURNS else session[c]
+            reuse = ctx
+            isl = ctx + new[i]
+            branch_left[c] -= 1
+            branch_ctx[c] = isl + osl[i]
+        else:
+            branch_left[c] = 0  # (a sub-agent whose context is full returns)
+            s, parent = session[c], session[c]
+            reuse = 0 if first else context[c]
+            isl = context[c] + (0 if first else new[i])
+            if isl + osl[i] > max_len:  # context reset: a new session from a fresh prompt
+                s = parent = session[c] = next_session
+                next_session += 1
+                isl, reuse = int(start[c % clients]), 0
+            context[c] = isl + osl[i]
+            if not first and u[i] < BRANCH_P:
+                branch_left[c], branch_of[c] = BRANCH_TURNS, next_session
+                branch_ctx[c] = context[c]
+                next_session += 1
+        cols["isl"][i], cols["osl"][i], cols["reuse"][i] = isl, osl[i], reuse
+        cols["session"][i], cols["parent"][i], cols["client"][i] = s, parent, c
+        think[i] = 0.0 if first else gaps[i]
+    osl_capped = np.minimum(cols["osl"], max_len - np.minimum(cols["isl"], max_len - 1))
+    return Requests(np.minimum(cols["isl"], max_len - 1), osl_capped, cols["reuse"],
+                    cols["session"], cols["parent"], cols["client"], np.zeros(n), think)
+
+
+def _bad(file: str, line: int, path: str, expected: str, got: str) -> Diagnostic:
+    return Diagnostic("error", "E752", file, line, 1, path, expected, got,
+                      "each line: {\"arrival_s\" or \"session\", \"input_tokens\", "
+                      "\"output_tokens\"[, \"prefix_tokens\", \"think_s\"]} (docs/simulate.md)")
+
+
+def read_trace(path: Path, file: str, max_len: int = CONTEXT_CAP) -> Requests:
+    """A JSON Lines trace: per line `input_tokens`, `output_tokens`, optional
+    `prefix_tokens` (of the input, the session's earlier context) and either `arrival_s`
+    (open loop) or `session` with `think_s` (turns of a session follow each other in file
+    order, each `think_s` after the previous finished). All bad lines are reported at once."""
+    rows, errors = [], []
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, text in enumerate(f, 1):
+            if number > TRACE_MAX_LINES:
+                errors.append(_bad(file, number, "", f"at most {TRACE_MAX_LINES} lines",
+                                   "more"))
+                break
+            if not text.strip():
+                continue
+            row = _trace_row(text, file, number, max_len, errors)
+            if row is not None:
+                rows.append(row)
+    if not rows and not errors:
+        errors.append(_bad(file, 1, "", "at least one request", "an empty file"))
+    if errors:
+        raise CompileError(errors[:50])
+    arr = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    sessions = arr["session"].astype(np.int64)
+    open_loop = sessions < 0
+    order = np.argsort(np.where(open_loop, arr["arrival_s"], 0.0), kind="stable")
+    arr = {k: v[order] for k, v in arr.items()}
+    sessions = arr["session"].astype(np.int64)
+    return Requests(arr["input_tokens"].astype(np.int64), arr["output_tokens"].astype(np.int64),
+                    arr["prefix_tokens"].astype(np.int64), np.where(sessions < 0, -1 - np.arange(
+                        len(sessions)), sessions), np.where(sessions < 0, -1 - np.arange(
+                            len(sessions)), sessions), sessions,
+                    arr["arrival_s"] * 1e6, arr["think_s"] * 1e6)
+
+
+def _trace_row(text: str, file: str, number: int, max_len: int,
+               errors: list[Diagnostic]) -> dict | None:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        errors.append(_bad(file, number, "", "a JSON object", f"bad JSON ({exc.msg})"))
+        return None
+    if not isinstance(obj, dict):
+        errors.append(_bad(file, number, "", "a JSON object", type(obj).__name__))
+        return None
+    unknown = sorted(set(obj) - set(TRACE_FIELDS))
+    if unknown:
+        errors.append(_bad(file, number, unknown[0], " | ".join(TRACE_FIELDS),
+                           repr(unknown[0])))
+        return None
+
+    def number_of(key: str, lo: float, hi: float, default: float | None, integer: bool):
+        v = obj.get(key, default)
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
+            and lo <= v <= hi and (not integer or float(v).is_integer())
+        if not ok:
+            kind = "an integer" if integer else "a number"
+            errors.append(_bad(file, number, key, f"{kind} from {lo:g} to {hi:g}",
+                               json.dumps(v) if key in obj else "missing"))
+            return None
+        return v
+
+    isl = number_of("input_tokens", 1, max_len - 1, None, True)
+    osl = number_of("output_tokens", 1, max_len, None, True)
+    prefix = number_of("prefix_tokens", 0, max_len, 0, True)
+    session = number_of("session", 0, 2**31, -1 if "arrival_s" in obj else None, True) \
+        if "session" in obj or "arrival_s" not in obj else -1
+    arrival = number_of("arrival_s", 0, 1e7, 0.0, False)
+    think = number_of("think_s", 0, 1e5, 0.0, False)
+    if None in (isl, osl, prefix, session, arrival, think):
+        return None
+    if prefix > isl:
+        errors.append(_bad(file, number, "prefix_tokens", f"at most input_tokens ({isl})",
+                           str(prefix)))
+        return None
+    return {"input_tokens": isl, "output_tokens": osl, "prefix_tokens": prefix,
+            "session": session, "arrival_s": float(arrival), "think_s": float(think)}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# rackc: prefill-05 (DEP16, prefill), node 1 of 2 (leader): ranks 0-7 on tray r0-t09, node h200-node-09
+# the model cache /var/cache/rackc/huggingface is mounted at /models
+ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
+export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
+export HF_HOME=/models/huggingface
+export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-09.json
+export PYTHONHASHSEED=0
+export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
+export VLLM_ENGINE_READY_TIMEOUT_S=2280
+export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-09
+export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
+exec vllm serve deepseek-ai/DeepSeek-V3 \
+  --tensor-parallel-size 1 \
+  --data-parallel-size 16 \
+  --enable-expert-parallel \
+  --all2all-backend deepep_high_throughput \
+  --max-num-seqs 64 \
+  --max-num-batched-tokens 2048 \
+  --max-model-len 32768 \
+  --block-size 64 \
+  --gpu-memory-utilization 0.96 \
+  --kv-cache-dtype fp8 \
+  --moe-backend deep_gemm \
+  --linear-backend deep_gemm \
+  --attention-backend FLASHMLA \
+  --speculative-config '{"method":"mtp","num_speculative_tokens":1}' \
+  --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
+  --port 8000 \
+  --enable-auto-tool-choice \
+  --tool-call-parser deepseek_v3 \
+  --data-parallel-size-local 8 \
+  --data-parallel-address h200-node-09 \
+  --data-parallel-rpc-port 13445

@@ -1,0 +1,110 @@
+"""^C and SIGTERM, sent to a real `rackc compile` at several moments: exit 130 or 143 with a
+message and no traceback, OUT exactly as it was, nothing left beside it (no staging, no lock).
+A signal that comes once OUT is committed lets the command finish (exit 0, OUT new)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler import output_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOYMENT = ROOT / "examples" / "hgx-h200-deepseek-v3" / "deployment.yaml"
+OLD = {"plan.yaml": "old: 1\n", "vllm/decode-00/run.sh": "#!/bin/sh\n"}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def staging_appeared(folder: Path) -> bool:
+    return any(".rackc-stage." in p.name for p in folder.iterdir())
+
+
+def handles_sigterm(pid: int) -> bool:
+    """rackc's handlers are in place (SIGTERM is caught: Python alone leaves it default)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+                 .split()[1], 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def interrupted(tmp_path: Path, sig: signal.Signals, when) -> tuple[int, str]:
+    """Run a compile into a rackc-written OUT, send `sig` once `when(seconds)` says so."""
+    out = tmp_path / "out"
+    output_dir.write_output(out, OLD)
+    proc = subprocess.Popen([sys.executable, "-m", "compiler", "compile", str(DEPLOYMENT),
+                             "-o", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and not handles_sigterm(proc.pid):
+        time.sleep(0.001)
+    start = time.monotonic()
+    while proc.poll() is None and not when(time.monotonic() - start):
+        time.sleep(0.002)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+MOMENTS = {
+    "starting": lambda t: True,  # rackc's first line: its modules are being imported
+    "loading": lambda t: t > 1.0,  # loading, checking or solving (OR-Tools' solve included)
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_an_interrupt_leaves_out_as_it_was_and_nothing_beside(tmp_path: Path,
+                                                               sig: signal.Signals, moment: str):
+    code, err = interrupted(tmp_path, sig, MOMENTS[moment])
+    assert code == 128 + sig, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert snapshot(tmp_path / "out") == {**{k: v.encode() for k, v in OLD.items()},
+                                          output_dir.MANIFEST: output_dir.manifest_text(
+                                              {k: v.encode() for k, v in OLD.items()}).encode()}
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_an_interrupt_while_out_is_written(tmp_path: Path):
+    """Sent the moment the staging folder appears: before the swap it is removed and OUT is
+    as it was (130); if the swap was already under way, OUT is the new one (0)."""
+    code, err = interrupted(tmp_path, signal.SIGINT, lambda t: staging_appeared(tmp_path))
+    assert "Traceback" not in err
+    files = snapshot(tmp_path / "out")
+    if code == 130:
+        assert files["plan.yaml"] == b"old: 1\n"
+    else:
+        assert code == 0 and files["plan.yaml"].startswith(b"apiVersion")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_signal_in_a_held_block_is_raised_when_the_block_ends():
+    from compiler import interrupts
+
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    interrupts.install()
+    try:
+        reached = False
+        with pytest.raises(interrupts.Interrupted) as info, interrupts.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)  # the handler runs here, and only notes the signal
+            assert interrupts.pending()
+            reached = True
+        assert reached and info.value.exit_code == 143 and not interrupts.pending()
+        with interrupts.held():  # answered by finishing: nothing is raised
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)
+            interrupts.forget()
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
