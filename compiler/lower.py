@@ -249,7 +249,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
-                                instances, kv_pool, inputs.resolved.host)
+                                instances, kv_pool, inputs.resolved.host,
+                                inputs.deployment.spec.serving.vllm_version)
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,

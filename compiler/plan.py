@@ -238,6 +238,17 @@ class Images(Frozen):
     router: str | None  # vllm-router for lws/ P/D
 
 
+class EngineRun(Frozen):
+    """What runs one target's engines: its image, the vLLM release there (the flags and
+    connectors are checked against that release's code), the Dynamo release when Dynamo
+    launches them, and why the target refuses the plan, if it does."""
+
+    image: str
+    vllm: str
+    dynamo: str | None
+    refused: str | None
+
+
 class Rdma(Frozen):
     transport: Literal["rdma", "tcp"]
     resource: str  # device-plugin extended resource
@@ -278,6 +289,20 @@ class PodSize(Frozen):
     engram_host_gib: float  # host Engram tables, shared by the node's ranks through /dev/shm
 
 
+class Security(Frozen):
+    """How the containers of one kind of pod run (their securityContext), the Pod Security
+    Standards level that admits them, and why each privilege is there."""
+
+    run_as_user: int | None  # None: the image's own user
+    run_as_non_root: bool
+    capabilities_add: list[str]
+    drop_all_capabilities: bool
+    seccomp_runtime_default: bool
+    service_account_token: bool  # mounted only where the pod calls the API server
+    level: Literal["restricted", "baseline", "privileged"]
+    why: str
+
+
 class Site(Frozen):
     images: Images
     rdma: Rdma
@@ -292,6 +317,12 @@ class Site(Frozen):
     host_reserved_gib: float  # per tray: its memory capacity less its allocatable
     frontend: Resources
     mooncake_master: Resources
+    # target family (dynamo: dynamo/ and k8s/; vllm: vllm/, lws/, the Mooncake master) -> engine
+    engines: dict[str, EngineRun]
+    cpu_arch: str | None  # kubernetes.io/arch of the CPU-only pods; None: any node's
+    # pod kind (engine, engine-rdma, frontend, mooncake-master, router) -> how it runs
+    security: dict[str, Security]
+    pod_security_level: Literal["restricted", "baseline", "privileged"]  # the namespace's
 
 
 class Parsers(Frozen):

@@ -23,34 +23,92 @@ class Notice:
         return f"warning[W901] {self.target}/ {self.path}: {self.problem}\n  hint: {self.hint}"
 
 
-def _stock_runtime(image: str) -> bool:
-    repository = catalog.engines().dynamo.runtime_image.repository.value
-    return image.rsplit("@", 1)[0].rsplit(":", 1)[0] == repository
-
-
 def notices(plan: Plan) -> list[Notice]:
     images, out = plan.site.images, []
-    runtime_vllm = catalog.engines().dynamo.runtime_image.vllm
-    if _stock_runtime(images.dynamo) and runtime_vllm.value != plan.serving.vllm_version:
+    dynamo = plan.site.engines["dynamo"]
+    worker = catalog.engines().dynamo.worker
+    if dynamo.refused:
+        out.append(Notice(
+            "serving", "k8s",
+            f"not emitted (nor dynamo/): {dynamo.refused}",
+            f"serve this plan from lws/ or vllm/ (vLLM {plan.serving.vllm_version} runs the "
+            "push connector), or compile a prefill without pipeline stages for Dynamo"))
+    elif dynamo.vllm != plan.serving.vllm_version:
         out.append(Notice(
             "site.images.dynamo", "k8s",
-            f"{images.dynamo} runs vLLM {runtime_vllm.value} ({runtime_vllm.source}), but the "
-            f"workers' flags and engine choices are vLLM {plan.serving.vllm_version}'s",
-            f"name a Dynamo runtime image built with vLLM {plan.serving.vllm_version} "
-            "(its tag gets runtimeVersionOverride), or check every flag against "
-            f"{runtime_vllm.value}"))
+            f"the workers run vLLM {dynamo.vllm}, the release Dynamo {dynamo.dynamo} imports "
+            f"({worker.vllm.source.split(';')[0]}); the plan's engine facts are vLLM "
+            f"{plan.serving.vllm_version}'s, and the DGD's flags parse with {dynamo.vllm}'s "
+            "parser (tests/conformance)",
+            f"keep {images.dynamo} or another image with vLLM {dynamo.vllm}: one rebuilt with "
+            f"vLLM {plan.serving.vllm_version} cannot import dynamo.vllm (it imports "
+            "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))
     disaggregated = {i.role for i in plan.instances} >= {"prefill", "decode"}
     if disaggregated and images.router is None:
         out.append(Notice(
             "site.images.router", "lws",
             "a prefill/decode layout without a router: a request sent to the decode Service is "
             "prefilled by the decode engines, and the prefill instances stay idle",
-            "set site.images.router to a vllm-router image, or serve through k8s/ (Dynamo's "
-            "frontend routes P/D)"))
+            "set site.images.router to a vllm-router image" + (
+                "" if dynamo.refused else ", or serve through k8s/ (Dynamo's frontend routes "
+                "P/D)")))
     if plan.kv_pool.enabled:
+        wheel = catalog.engines().mooncake.wheel
         out.append(Notice(
             "site.images.vllm", "k8s",
-            f"the Mooncake master runs `mooncake_master` from {images.vllm}",
-            "check that the image has it (`which mooncake_master`) and that the Dynamo runtime "
-            "image has the `mooncake` Python package the store connector imports"))
+            f"the Mooncake master runs `mooncake_master` from {images.vllm}, and every engine "
+            "image imports the `mooncake` package for the store connector",
+            f"check that the images have them (`which mooncake_master`), built for the image's "
+            f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
+            f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
+            "libcudart.so.12)"))
+    return out + _cluster_notices(plan)
+
+
+def _cluster_notices(plan: Plan) -> list[Notice]:
+    """What the cluster must give the pods, and the risks the bundle leaves to the site."""
+    site, out = plan.site, []
+    why = "; ".join(f"{kind}: {sec.why}" for kind, sec in site.security.items()
+                    if sec.level != "restricted")
+    out.append(Notice(
+        "site.security", "k8s",
+        f"the namespace enforces Pod Security {site.pod_security_level}"
+        + (f" for the engine pods ({why})" if why else "") + "; every pod without GPUs meets "
+        "restricted and mounts no service-account token but the router's",
+        "label the namespace yourself only if your policy allows that level; nothing else "
+        "runs privileged"))
+    if site.model_cache.kind == "pvc":
+        out.append(Notice(
+            "site.model_cache.pvc", "k8s",
+            f"the engines write the Hugging Face cache into PVC {site.model_cache.source}",
+            "make it ReadWriteMany and writable by UID 1000 GID 0 (Dynamo's runtime user) "
+            "and by root (the vLLM image)"))
+    if plan.kv_pool.enabled:
+        out.append(Notice(
+            "site", "k8s",
+            "one Mooncake master (Recreate) holds the metadata of the whole pool "
+            f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
+            "until the clients remount, and the frontend runs one replica",
+            "keep both off nodes that are drained while serving; the pool refills from "
+            "prefill"))
+        if site.rdma.transport == "rdma" and not site.rdma.hca_names:
+            out.append(Notice(
+                "site.rdma.hca_names", "k8s",
+                "Mooncake clients discover their HCAs (device_name \"\"): on multi-rail trays "
+                "they may pick ones without a route to the peers",
+                "list the HCAs every engine pod sees in site.rdma.hca_names"))
+        out.append(Notice(
+            "site.images.vllm", "vllm",
+            "the launch scripts' Mooncake client files name the master by its Kubernetes "
+            "Service, and read /etc/mooncake/<node>.json and the model cache at "
+            f"{site.model_cache.mount_path}",
+            "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
+            "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
+    if len(plan.fleet) > 1:
+        out.append(Notice(
+            "cluster", "k8s",
+            "one Dynamo frontend routes over every group's workers: it may pair one group's "
+            "prefill with another's decode, while each group is solved and predicted on its own",
+            "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
+            "the groups' network"))
     return out

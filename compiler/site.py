@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from compiler import arch
+from compiler import arch, catalog
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
+    EngineRun,
     Hardware,
     Images,
     Instance,
@@ -30,6 +31,7 @@ from compiler.plan import (
     PodSize,
     Rdma,
     Resources,
+    Security,
     Site,
     Toleration,
 )
@@ -43,6 +45,10 @@ if TYPE_CHECKING:
 GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
 ENGINE_START_S = 600
+# The vLLM recipe's engine-ready allowance for DeepSeek-V4.1-Flash's 511 GB cold start
+# (vllm-project/recipes models/deepseek-ai/DeepSeek-V4.1-Flash.yaml VLLM_ENGINE_READY_TIMEOUT_S):
+# the least rackc gives any start, its rates being assumed.
+ENGINE_READY_FLOOR_S = 3600
 DEFAULT_CACHE_DIR = "/var/cache/rackc/huggingface"
 # assumed: the frontend tokenizes every request (long agentic prompts), the master keeps only
 # object metadata in memory.
@@ -64,6 +70,31 @@ def runtime_version_override(images: spec.Images) -> str | None:
         return images.runtime_version_override
     return None if re.fullmatch(rf"v?{re.escape(images.dynamo_version)}",
                                 _tag(images.dynamo)) else images.dynamo_version
+
+
+def dynamo_refusal(instances: list[Instance]) -> str | None:
+    """Dynamo's prefill handler resolves a P/D protocol per request from the worker's
+    connector (a wrapper's one P/D member) and raises for any name it has none for."""
+    worker = catalog.engines().dynamo.worker
+    protocols = worker.kv_connector_protocols.value
+    for i in sorted(instances, key=lambda i: i.id):
+        if i.role != "aggregated" and i.kv_connectors and \
+                not set(i.kv_connectors) & set(protocols):
+            return (f"instances[{i.id}] hands KV off by {', '.join(i.kv_connectors)}, but "
+                    f"Dynamo {catalog.engines().dynamo.version}'s prefill handler takes only "
+                    f"{', '.join(protocols)} ({worker.kv_connector_protocols.source.split(' (')[0]})")
+    return None
+
+
+def engine_runs(images: spec.Images, vllm_version: str,
+                instances: list[Instance]) -> dict[str, EngineRun]:
+    """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
+    not import under another); the plain vLLM image runs the release the plan is read for."""
+    dynamo = catalog.engines().dynamo
+    return {"dynamo": EngineRun(image=images.dynamo, vllm=dynamo.worker.vllm.value,
+                                dynamo=images.dynamo_version,
+                                refused=dynamo_refusal(instances)),
+            "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None)}
 
 
 def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
@@ -101,6 +132,66 @@ def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: floa
                             rdma_devices=devices if rdma else 0, registers_memory=registers))
 
 
+# The Dynamo runtime images run as `dynamo`, UID 1000 GID 0 (ai-dynamo/dynamo
+# container/templates/vllm_runtime.Dockerfile: `useradd ... -g 0 dynamo`, `id -u dynamo` = 1000);
+# pods without GPUs run as that user whatever their image.
+NON_ROOT_UID = 1000
+_LEVELS = ("restricted", "baseline", "privileged")
+
+
+def _cpu_pod(token: bool, what: str) -> Security:
+    return Security(run_as_user=NON_ROOT_UID, run_as_non_root=True, capabilities_add=[],
+                    drop_all_capabilities=True, seccomp_runtime_default=True,
+                    service_account_token=token, level="restricted",
+                    why=f"{what}: needs no privilege, so it runs at restricted")
+
+
+def _engine_pod(registers: bool, host_path: bool) -> Security:
+    """Engine pods run as root where a privilege needs it: Linux gives a non-root process no
+    effective capability from the bounding set that Kubernetes' `capabilities.add` fills
+    (kubernetes/kubernetes#56374), so IPC_LOCK lifts RLIMIT_MEMLOCK for `ibv_reg_mr` (Mooncake
+    segments, NIXL buffers: Linux ib_umem_get) only for UID 0; and the kubelet creates a
+    hostPath DirectoryOrCreate as root, mode 0755, which only root may then write."""
+    reasons = []
+    if registers:
+        reasons.append("IPC_LOCK, effective for UID 0 only, lets it register its KV buffers "
+                       "and pool segment with the RDMA NIC past RLIMIT_MEMLOCK")
+    if host_path:
+        reasons.append("UID 0 writes the model cache, a hostPath the kubelet creates as root "
+                       "with mode 0755 (hostPath is outside baseline)")
+    root = registers or host_path
+    level = "privileged" if root else "baseline"
+    return Security(
+        run_as_user=0 if root else None, run_as_non_root=False,
+        capabilities_add=["IPC_LOCK"] if registers else [], drop_all_capabilities=False,
+        seccomp_runtime_default=False, service_account_token=False, level=level,
+        why="; ".join(reasons) if reasons else
+            "the image's own user and the runtime's default capabilities (vLLM images run as "
+            "root): baseline")
+
+
+def security(pods: list[PodSize], cache: ModelCache, router: bool,
+             pool: bool) -> dict[str, Security]:
+    """Every kind of pod the targets emit and how it runs: privileges only where a pod's work
+    needs them, restricted everywhere else; no service-account token but the router's."""
+    host_path = cache.kind == "host_path"
+    out = {"frontend": _cpu_pod(False, "Dynamo's frontend (its tokenizer cache is an emptyDir)")}
+    kinds = {p.resources.registers_memory for p in pods}
+    for registers in sorted(kinds):
+        out["engine-rdma" if registers else "engine"] = _engine_pod(registers, host_path)
+    if pool:
+        out["mooncake-master"] = _cpu_pod(False, "the Mooncake master")
+    if router:
+        out["router"] = _cpu_pod(True, "vllm-router (its token lists the engine pods it "
+                                       "discovers)")
+    return dict(sorted(out.items()))
+
+
+def pod_security_level(kinds: dict[str, Security]) -> str:
+    """The namespace's enforced Pod Security Standards level: the least that admits every pod."""
+    return max((k.level for k in kinds.values()), key=_LEVELS.index, default="restricted")
+
+
 def checkpoint_bytes(model: ModelSpec) -> float:
     """What a cold start downloads and reads: the whole checkpoint (weights, the draft, the
     vision tower and the Engram tables; vLLM reads the files even of what it then skips)."""
@@ -111,14 +202,15 @@ def engine_ready_timeout_s(cache: spec.ModelCache, checkpoint_bytes: float,
                            pods: int, pods_per_node: int) -> int:
     """A cold start: one download of the checkpoint (per node for a host path), then every pod
     reading it from the cache (all pods share a PVC's bandwidth, a host path's readers are the
-    node's pods), on top of vLLM's own start-up allowance; whole minutes."""
+    node's pods), on top of vLLM's own start-up allowance; whole minutes, and never less than
+    the vLLM recipe's allowance."""
     if cache.engine_ready_timeout_s:
         return cache.engine_ready_timeout_s
     gbytes = checkpoint_bytes / 1e9
     readers = pods if cache.pvc else pods_per_node
     seconds = (ENGINE_START_S + gbytes / cache.download_gbytes_per_s
                + readers * gbytes / cache.read_gbytes_per_s)
-    return 60 * math.ceil(seconds / 60)
+    return max(ENGINE_READY_FLOOR_S, 60 * math.ceil(seconds / 60))
 
 
 def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
@@ -138,20 +230,23 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 
 
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
-               instances: list[Instance], kv_pool: KvPool, host: HostReserve) -> Site:
+               instances: list[Instance], kv_pool: KvPool, host: HostReserve,
+               vllm_version: str) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
     pods = [_pod(cfg, hardware, host, tables, i, pool)
             for i in sorted(instances, key=lambda i: i.id)]
     checkpoint = checkpoint_bytes(model)
     images = cfg.images
+    cache = _cache(cfg.model_cache, checkpoint, instances)
+    kinds = security(pods, cache, images.router is not None, kv_pool.enabled)
     return Site(
         images=Images(dynamo=images.dynamo, vllm=images.vllm,
                       runtime_version_override=runtime_version_override(images),
                       router=images.router),
         rdma=Rdma(transport=cfg.rdma.transport, resource=cfg.rdma.resource,
                   hca_names=list(cfg.rdma.hca_names)),
-        model_cache=_cache(cfg.model_cache, checkpoint, instances),
+        model_cache=cache,
         hf_token_secret=cfg.secrets.hf_token,
         pin_by_hostname=cfg.scheduling.hostnames_equal_node_names,
         tolerations=[Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
@@ -160,7 +255,10 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         pods=pods, mooncake_segment_bytes=pool,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
-        frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER)
+        frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
+        engines=engine_runs(images, vllm_version, instances),
+        cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
+        pod_security_level=pod_security_level(kinds))
 
 
 @functools.cache
@@ -204,7 +302,7 @@ def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
                  source="user" if given_timeout else "rule:cold-start",
                  why="written in the deployment" if given_timeout else
                      "vLLM's 600 s + one download of the checkpoint + its reads from the cache "
-                     "at the site's assumed rates"),
+                     "at the site's assumed rates, at least the vLLM recipe's 3600 s"),
     ]
     if images.runtime_version_override:
         out.append(Decision(path="site.images.runtime_version_override",

@@ -95,6 +95,10 @@ class Scheduling(StrictModel):
         max_length=64,
         description="Tolerations of GPU pods (default: the GPU operator's nvidia.com/gpu taint)")
     priority_class: Name | None = None
+    cpu_arch: Literal["amd64", "arm64"] | None = Field(
+        None, description="kubernetes.io/arch of the pods without GPUs (frontend, Mooncake "
+                          "master, router); default: any, their images being multi-arch. They "
+                          "keep off the rack's trays either way")
 
 
 class HostSizing(StrictModel):

@@ -1,10 +1,12 @@
-"""Serving components: the instances that one Kubernetes workload template can run.
-
-Instances of one role, shape and batch limits are replicas of one component (a DGD component, a
-LeaderWorkerSet): same engine arguments, same GPUs per pod. On NVL72 racks a component also stays
-in one NVLink domain, whose ComputeDomain channel its pods claim. Its replicas land on the set of
-trays the plan chose for them. Names are `<role>-<shape>`, with the domain and the batch limits
-appended only where that name alone would be ambiguous.
+"""Serving components: one Kubernetes workload (a DGD component, a LeaderWorkerSet) per
+instance, so that its pods' node affinity names that instance's trays and no other: the
+placement in plan.yaml (which instance runs where, the Engram shard map, what `--from` keeps)
+is what the scheduler does. Replicas of one template would share one affinity over the union of
+their trays, and the scheduler could interleave them (bundle review 3, S3-09). Dynamo joins the
+components of one role into one backend (dynamo.vllm registers every decode worker as
+`backend`, every prefill worker as `prefill`: dynamo/vllm/args.py), and lws/'s router finds
+leaders by label, so serving is unchanged. On NVL72 racks a component stays in one NVLink
+domain, whose ComputeDomain channel its pods claim. Names are `<instance id>-<shape>`.
 """
 
 from dataclasses import dataclass
@@ -30,8 +32,9 @@ class Component:
 
 
 class _Key(NamedTuple):
-    """What replicas of one component share."""
+    """What a component is: one instance, and what its template is made of."""
 
+    instance: str
     role: str
     shape: str
     domain: str
@@ -46,20 +49,12 @@ class _Key(NamedTuple):
 
 def _key(plan: Plan, i: Instance) -> _Key:
     domain = nvlink_domain(plan, i) if multi_node_nvlink(plan, i) else ""
-    return _Key(i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.pp, i.max_batch,
-                i.max_batched_tokens)
+    return _Key(i.id, i.role, i.shape, domain, i.group or "", i.dp, i.tp, i.ep, i.pp,
+                i.max_batch, i.max_batched_tokens)
 
 
-def _name(key: _Key, keys: list[_Key]) -> str:
-    same_shape = [k for k in keys if (k.role, k.shape) == (key.role, key.shape)]
-    parts = [key.role, key.shape]
-    if len({k.group for k in same_shape}) > 1 and not key.domain:
-        parts.append(key.group)
-    if len({k.domain for k in same_shape}) > 1 and key.domain:
-        parts.append(key.domain)
-    if len([k for k in same_shape if k.domain == key.domain]) > 1:
-        parts += [f"b{key.max_batch}", f"t{key.max_batched_tokens}"]
-    return dns_label(*parts)
+def _name(key: _Key) -> str:
+    return dns_label(key.instance, key.shape)
 
 
 def components(plan: Plan) -> tuple[Component, ...]:
@@ -67,7 +62,6 @@ def components(plan: Plan) -> tuple[Component, ...]:
         return _key(plan, instance)
 
     groups = [(k, tuple(g)) for k, g in groupby(sorted(plan.instances, key=key), key=key)]
-    keys = [k for k, _ in groups]
     out = []
     for k, instances in groups:
         nodes = {len(i.trays) for i in instances}
@@ -76,6 +70,6 @@ def components(plan: Plan) -> tuple[Component, ...]:
             raise TargetError(f"instances {[i.id for i in instances]} ({k.role} {k.shape}) span "
                               f"different numbers of trays or GPUs per tray")
         node_names = sorted({plan.tray(t).node_name for i in instances for t in i.trays})
-        out.append(Component(_name(k, keys), k.role, k.shape, k.domain, instances, nodes.pop(),
+        out.append(Component(_name(k), k.role, k.shape, k.domain, instances, nodes.pop(),
                              per_node.pop(), tuple(node_names)))
     return tuple(out)

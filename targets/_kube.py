@@ -37,6 +37,8 @@ from kubernetes.client import (
     V1PodTemplateSpec,
     V1Probe,
     V1ResourceRequirements,
+    V1PodSecurityContext,
+    V1SeccompProfile,
     V1SecretKeySelector,
     V1SecurityContext,
     V1Service,
@@ -82,9 +84,15 @@ def metadata(plan: Plan, name: str, component: str | None = None) -> V1ObjectMet
                         labels=labels(plan, component))
 
 
+PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
 def namespace(plan: Plan) -> dict:
+    """Pod Security admission enforces the least level that admits every pod of the plan
+    (`site.security`); the CPU-only pods meet restricted on their own."""
     return to_dict(V1Namespace(api_version="v1", kind="Namespace", metadata=V1ObjectMeta(
-        name=plan.serving.namespace, labels={"app.kubernetes.io/part-of": app_name(plan)})))
+        name=plan.serving.namespace, labels={"app.kubernetes.io/part-of": app_name(plan),
+                                             PSS_ENFORCE: plan.site.pod_security_level})))
 
 
 def config_map(plan: Plan, name: str, data: dict[str, str]) -> dict:
@@ -159,6 +167,12 @@ def off_rack_affinity(plan: Plan) -> V1Affinity:
                 for n in sorted(t.node_name for t in plan.hardware.trays)])])))
 
 
+def cpu_node_selector(plan: Plan) -> dict[str, str] | None:
+    """Pods without GPUs: the site's `scheduling.cpu_arch`, else any architecture (their
+    images are multi-arch; on NVL72 the only arm64 nodes may be the trays they keep off)."""
+    return {"kubernetes.io/arch": plan.site.cpu_arch} if plan.site.cpu_arch else None
+
+
 def tolerations(plan: Plan) -> list[V1Toleration] | None:
     """The site's tolerations, on every pod: GPU pods need them, and the CPU-only ones (frontend,
     master, router) may then also run on GPU nodes outside the rack, where only those have the
@@ -216,12 +230,29 @@ def requirements(plan: Plan, size: Resources, gpus: int = 0,
     return V1ResourceRequirements(requests=requests, limits=limits, claims=claims)
 
 
-def security_context(size: Resources) -> V1SecurityContext | None:
-    """IPC_LOCK for pods that register memory with the RDMA NIC (NIXL's KV buffers, the
-    Mooncake segments): it lifts RLIMIT_MEMLOCK for mlock and ibv_reg_mr."""
-    if not size.registers_memory:
-        return None
-    return V1SecurityContext(capabilities=V1Capabilities(add=["IPC_LOCK"]))
+def engine_kind(size: Resources) -> str:
+    """The `site.security` kind of an engine pod: those that register memory with the RDMA
+    NIC (NIXL's KV buffers, the Mooncake segments) hold IPC_LOCK."""
+    return "engine-rdma" if size.registers_memory else "engine"
+
+
+def security_context(plan: Plan, kind: str) -> V1SecurityContext:
+    """A container's securityContext as the plan's `site.security[kind]` says."""
+    sec = plan.site.security[kind]
+    caps = None
+    if sec.capabilities_add or sec.drop_all_capabilities:
+        caps = V1Capabilities(add=sec.capabilities_add or None,
+                              drop=["ALL"] if sec.drop_all_capabilities else None)
+    return V1SecurityContext(
+        allow_privilege_escalation=False, capabilities=caps, run_as_user=sec.run_as_user,
+        run_as_non_root=sec.run_as_non_root or None,
+        seccomp_profile=V1SeccompProfile(type="RuntimeDefault")
+        if sec.seccomp_runtime_default else None)
+
+
+def token(plan: Plan, kind: str) -> bool:
+    """automountServiceAccountToken: only pods that call the API server get one."""
+    return plan.site.security[kind].service_account_token
 
 
 def engine_container(plan: Plan, component: Component, image: str, command: list[str],
@@ -245,7 +276,7 @@ def engine_container(plan: Plan, component: Component, image: str, command: list
     return V1Container(
         name="main", image=image, command=command, args=args, env=env, volume_mounts=mounts,
         resources=requirements(plan, size, component.gpus_per_node, claims),
-        security_context=security_context(size))
+        security_context=security_context(plan, engine_kind(size)))
 
 
 def model_cache_volume(plan: Plan) -> V1Volume:
@@ -267,7 +298,9 @@ def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
     if _mooncake.pool_enabled(plan):
         volumes.append(V1Volume(name=MOONCAKE_VOLUME, config_map=V1ConfigMapVolumeSource(
             name=mooncake_client_map(plan))))
+    kind = engine_kind(component_resources(plan, component))
     return V1PodSpec(containers=[container], affinity=node_affinity(plan, component.node_names),
+                     automount_service_account_token=token(plan, kind),
                      node_selector=node_selector(plan, component), resource_claims=claims,
                      tolerations=tolerations(plan),
                      priority_class_name=plan.site.priority_class, volumes=volumes)
@@ -308,12 +341,14 @@ def mooncake_objects(plan: Plan) -> list[dict]:
         args=[f"--config_path={_mooncake.CONFIG_DIR}/{_mooncake.MASTER_CONFIG_FILE}"],
         ports=[V1ContainerPort(name=n, container_port=p) for n, p in ports],
         resources=requirements(plan, plan.site.mooncake_master),
+        security_context=security_context(plan, "mooncake-master"),
         readiness_probe=V1Probe(tcp_socket=rpc, period_seconds=10),
         liveness_probe=V1Probe(tcp_socket=rpc, initial_delay_seconds=30, period_seconds=20),
         volume_mounts=[V1VolumeMount(name="config", mount_path=_mooncake.CONFIG_DIR,
                                      read_only=True)])
     pod = V1PodSpec(containers=[container], affinity=off_rack_affinity(plan),
-                    node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
+                    automount_service_account_token=token(plan, "mooncake-master"),
+                    node_selector=cpu_node_selector(plan),
                     priority_class_name=plan.site.priority_class,
                     tolerations=tolerations(plan),
                     volumes=[V1Volume(name="config",

@@ -8,7 +8,13 @@ for tensor or pipeline parallelism across nodes: TP x PP above a pod's GPUs), so
 arguments here name only the sizes.
 """
 
-from kubernetes.client import V1Container, V1PodSpec, V1VolumeMount
+from kubernetes.client import (
+    V1Container,
+    V1EmptyDirVolumeSource,
+    V1PodSpec,
+    V1Volume,
+    V1VolumeMount,
+)
 
 from compiler.plan import Plan
 from targets import _kube
@@ -72,22 +78,29 @@ def worker_env(plan: Plan, component: Component) -> list:
     return env
 
 
+TOKENIZER_CACHE = "tokenizer-cache"
+
+
 def frontend_component(plan: Plan) -> dict:
     """The HTTP frontend and KV router; its probes are the operator's (/live, /health on the
-    http port, component_frontend.go). It reads the tokenizer from the model cache."""
+    http port, component_frontend.go). It fetches the tokenizer into an emptyDir of its own
+    (restricted: no hostPath, no root-owned cache to write)."""
     container = V1Container(
         name="main", image=plan.site.images.dynamo, command=["python3", "-m", "dynamo.frontend"],
         args=frontend_args(plan),
         env=[*_kube.env_vars({"HF_HOME": plan.site.model_cache.hf_home}),
              *_kube.secret_env(plan)],
         resources=_kube.requirements(plan, plan.site.frontend),
-        volume_mounts=[V1VolumeMount(name=_kube.MODEL_CACHE_VOLUME,
+        security_context=_kube.security_context(plan, "frontend"),
+        volume_mounts=[V1VolumeMount(name=TOKENIZER_CACHE,
                                      mount_path=plan.site.model_cache.mount_path)])
     spec = V1PodSpec(containers=[container], affinity=_kube.off_rack_affinity(plan),
-                     node_selector={"kubernetes.io/arch": plan.fleet[0].arch},
+                     automount_service_account_token=_kube.token(plan, "frontend"),
+                     node_selector=_kube.cpu_node_selector(plan),
                      priority_class_name=plan.site.priority_class,
                      tolerations=_kube.tolerations(plan),
-                     volumes=[_kube.model_cache_volume(plan)])
+                     volumes=[V1Volume(name=TOKENIZER_CACHE,
+                                       empty_dir=V1EmptyDirVolumeSource())])
     return {"name": "frontend", "type": "frontend", "replicas": 1, **runtime_version(plan),
             "podTemplate": _kube.pod_template(spec)}
 
@@ -127,4 +140,7 @@ def graph_deployment(plan: Plan) -> dict:
 
 
 def emit(plan: Plan) -> dict[str, str]:
+    """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
+    if plan.site.engines["dynamo"].refused:
+        return {}
     return {"dynamo/dgd.yaml": dump_yaml(graph_deployment(plan))}

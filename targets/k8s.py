@@ -9,4 +9,7 @@ from targets.dynamo import graph_deployment
 
 
 def emit(plan: Plan) -> dict[str, str]:
+    """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
+    if plan.site.engines["dynamo"].refused:
+        return {}
     return bundle(plan, "k8s", components(plan), ("dynamo-graph.yaml", [graph_deployment(plan)]))

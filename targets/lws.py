@@ -49,6 +49,10 @@ WORKER_INDEX = "${LWS_WORKER_INDEX}"
 API_PORT = 8000  # `vllm serve` default
 ROUTER_PORT = 8000
 PROBE_PERIOD_S = 10
+# assumed: after the engine core is ready, the API server loads the tokenizer and binds; the
+# startup probe waits this long past VLLM_ENGINE_READY_TIMEOUT_S, so the engine's own timeout
+# (with its message) ends a start that is too slow, not the kubelet.
+STARTUP_MARGIN_S = 600
 # LWS labels every pod with its group and index; index 0 is the leader (LWS docs).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -79,7 +83,8 @@ def _probes(plan: Plan) -> dict[str, V1Probe]:
     """vLLM's /health answers once the engine is up: the startup probe waits as long as the
     engine itself may take to become ready (VLLM_ENGINE_READY_TIMEOUT_S, a cold start)."""
     health = V1HTTPGetAction(path="/health", port="http")
-    startup = math.ceil(plan.site.model_cache.engine_ready_timeout_s / PROBE_PERIOD_S) + 6
+    startup = math.ceil((plan.site.model_cache.engine_ready_timeout_s + STARTUP_MARGIN_S)
+                        / PROBE_PERIOD_S)
     return {"startup_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S,
                                      failure_threshold=startup),
             "readiness_probe": V1Probe(http_get=health, period_seconds=PROBE_PERIOD_S),
@@ -128,12 +133,22 @@ def leader_worker_set(plan: Plan, component: Component) -> dict:
     }
 
 
+def leader_service_name(plan: Plan, component: Component) -> str:
+    """Not the LeaderWorkerSet's own name: the LWS controller makes its pods' headless Service
+    under that name only when no Service has it (lws pkg/utils/controller/controller_utils.go
+    CreateHeadlessServiceIfNotExists), and without that Service LWS_LEADER_ADDRESS never
+    resolves. `-http` cannot be a group index either (pod_controller.go names per-replica
+    headless Services `<lws>-<group>`)."""
+    return dns_label(plan.serving.name, component.name, "http")
+
+
 def leader_service(plan: Plan, component: Component) -> dict:
     """The OpenAI API of a component's leaders (every instance's rank 0)."""
-    name = lws_name(plan, component)
     return _kube.to_dict(V1Service(
-        api_version="v1", kind="Service", metadata=_kube.metadata(plan, name, component.name),
-        spec=V1ServiceSpec(selector={LWS_NAME_LABEL: name, LWS_INDEX_LABEL: "0"},
+        api_version="v1", kind="Service",
+        metadata=_kube.metadata(plan, leader_service_name(plan, component), component.name),
+        spec=V1ServiceSpec(selector={LWS_NAME_LABEL: lws_name(plan, component),
+                                     LWS_INDEX_LABEL: "0"},
                            ports=[V1ServicePort(name="http", port=API_PORT,
                                                 target_port="http")])))
 
@@ -158,12 +173,14 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
     container = V1Container(
         name="router", image=image, command=["vllm-router"], args=args,
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
-        resources=_kube.requirements(plan, plan.site.frontend))
+        resources=_kube.requirements(plan, plan.site.frontend),
+        security_context=_kube.security_context(plan, "router"))
     pod = V1PodSpec(service_account_name=name, containers=[container],
+                    automount_service_account_token=_kube.token(plan, "router"),
                     affinity=_kube.off_rack_affinity(plan),
                     priority_class_name=plan.site.priority_class,
                     tolerations=_kube.tolerations(plan),
-                    node_selector={"kubernetes.io/arch": plan.fleet[0].arch})
+                    node_selector=_kube.cpu_node_selector(plan))
     meta = _kube.metadata(plan, name, "router")
     return [_kube.to_dict(x) for x in (
         V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),

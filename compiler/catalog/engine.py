@@ -137,11 +137,19 @@ class RuntimeImage(_Strict):
     vllm: Fact[str]
 
 
+class Worker(_Strict):
+    vllm: Fact[str]
+    import_check: Fact[str]
+    kv_connector_protocols: Fact[list[str]]
+    multi_connector_wrappers: Fact[list[str]]
+
+
 class Dynamo(_Strict):
     name: Literal["dynamo"]
     version: str
     router: Router
     runtime_image: RuntimeImage
+    worker: Worker
 
 
 class Store(_Strict):
@@ -149,10 +157,16 @@ class Store(_Strict):
     local_buffer_gib: Fact[float]
 
 
+class Wheel(_Strict):
+    cuda12: Fact[str]
+    cuda13: Fact[str]
+
+
 class Mooncake(_Strict):
     name: Literal["mooncake"]
     version: str
     store: Store
+    wheel: Wheel
 
 
 class Engines(_Strict):

@@ -37,6 +37,12 @@ Rules and where their facts come from:
 - rdma-transport: a Mooncake client with `protocol: rdma` needs an RDMA device and IPC_LOCK in
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
+- dynamo-connector: Dynamo's prefill handler resolves a P/D protocol per request from the
+  worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py,
+  compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols).
+- capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
+  per-instance-placement:
+  compiler/validate/workloads.py says where each comes from.
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
   low-latency, the environment of all-to-all backends across trays), the frontend's KV block
@@ -51,22 +57,12 @@ from fractions import Fraction
 from typing import Any
 
 from compiler.plan import Plan
-from compiler.validate import bundle, placement, pods
+from compiler.validate import bundle, placement, pods, workloads
+from compiler.validate.finding import Finding
 from compiler.validate.pods import Engine, Node, PodGroup
 from schemas.diagnostics import Diagnostic
 
 NIXL = frozenset({"NixlConnector", "NixlPushConnector"})  # vLLM 0.33's P/D hand-off: pull, push
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    file: str
-    line: int
-    where: str  # the object and field path
-    expected: str
-    got: str
-    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -590,6 +586,30 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     return out
 
 
+def dynamo_connector(ctx: Context, facts: Any = None) -> list[Finding]:
+    """Dynamo P/D workers hand KV off through a connector its prefill handler has a protocol
+    for (compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols)."""
+    facts = facts if facts is not None else _engines_catalog()
+    if facts is None:
+        return []
+    worker = facts.dynamo.worker
+    out = []
+    for e in _all_engines(ctx):
+        if e.launcher != "dynamo" or e.flag("--disaggregation-mode") not in ("prefill", "decode"):
+            continue
+        top = _top_connector(e)
+        names = {c.get("kv_connector") for c in e.connectors()}
+        pd = names - {top} if top in worker.multi_connector_wrappers.value else {top}
+        if not pd & set(worker.kv_connector_protocols.value):
+            out.append(Finding("dynamo-connector", e.file, e.line, e.where,
+                               f"a P/D connector Dynamo {facts.dynamo.version} has a protocol "
+                               f"for ({', '.join(worker.kv_connector_protocols.value)})",
+                               ", ".join(sorted(str(n) for n in pd)),
+                               "its prefill handler raises ValueError on every request "
+                               f"({worker.kv_connector_protocols.source.split(' (')[0]})"))
+    return out
+
+
 def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
     """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes."""
     def nixl(e: Engine) -> set[str]:
@@ -649,6 +669,13 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "rdma-transport": "E829",
     "engine-capability": "E830",
     "cpu-pods-off-trays": "E831",
+    "capabilities-effective": "E832",
+    "host-path-writable": "E833",
+    "pod-security": "E834",
+    "service-names": "E835",
+    "cpu-pods-arch": "E836",
+    "dynamo-connector": "E837",
+    "per-instance-placement": "E838",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
@@ -662,6 +689,13 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (connector_env, frozenset({"connector-env"})),
     (rdma_transport, frozenset({"rdma-transport"})),
     (engine_capability, frozenset({"engine-capability"})),
+    (workloads.capabilities_effective, frozenset({"capabilities-effective"})),
+    (workloads.host_path_writable, frozenset({"host-path-writable"})),
+    (workloads.pod_security, frozenset({"pod-security"})),
+    (workloads.service_names, frozenset({"service-names"})),
+    (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
+    (dynamo_connector, frozenset({"dynamo-connector"})),
+    (workloads.per_instance_placement, frozenset({"per-instance-placement"})),
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).

@@ -205,6 +205,14 @@ def check_dynamo_lines(lines: Sequence[Sequence[str]]) -> list[Result]:
     return _results(lines, helper.request({"op": "parse", "lines": lines}))
 
 
+def check_dynamo_imports(modules: Sequence[str]) -> dict[str, Any]:
+    """Imports modules in the Dynamo venv (Dynamo 1.6.1 and the vLLM its image runs): the
+    import errors by module, and that vLLM's version."""
+    helper = _helper(DYNAMO_VENV, "venv_dynamo_check.py")
+    [answer] = helper.request({"op": "import", "modules": list(modules)})
+    return answer
+
+
 def check_mooncake_client_config(
     config: Mapping[str, Any], reader: Literal["vllm", "mooncake"] = "vllm"
 ) -> list[str]:

@@ -1,7 +1,7 @@
 """Checks Dynamo worker, frontend and router lines; runs inside `.venv-dyn161`.
 
 Same protocol as `venv_vllm_check.py` (one JSON request per stdin line), with
-one op: `{"op": "parse", "lines": [argv, ...]}`. Each argv is
+two ops: `{"op": "parse", "lines": [argv, ...]}` and `{"op": "import", "modules": [...]}`. Each argv is
 `python3 -m dynamo.vllm|dynamo.frontend|dynamo.router ...`. The entry points are
 never run as programs: they look for etcd. The harness strips `DYN_*` variables
 from this process's environment, because Dynamo reads flag defaults from them.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -90,8 +91,49 @@ def check_line(argv: list[str]) -> dict[str, Any]:
     return {"error": error, "inexact_flags": [] if error else inexact_flags(argv[3:], options)}
 
 
+class _StandIn(types.ModuleType):
+    """An absent third-party package: a package whose every attribute is a placeholder class."""
+
+    __path__: list[str] = []
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return type(attr, (), {})
+
+
+def check_imports(modules: list[str]) -> dict[str, Any]:
+    """Imports each module as `python3 -m dynamo.vllm` would, and says which vLLM it met.
+    Third-party packages the image has but this venv lacks (its lock carries what the flag
+    parsers need) are stood in for, and named in the answer: what is checked is every import
+    from vLLM and Dynamo themselves."""
+    import importlib
+    from importlib.metadata import version
+
+    errors, stand_ins = {}, set()
+    for name in modules:
+        for _ in range(64):
+            try:
+                importlib.import_module(name)
+                break
+            except ModuleNotFoundError as exc:
+                missing = exc.name or ""
+                top = missing.split(".")[0]
+                if not top or top in ("vllm", "dynamo") or (
+                        top in sys.modules and top not in stand_ins):
+                    errors[name] = f"ModuleNotFoundError: {exc}"
+                    break
+                stand_ins.add(top)
+                sys.modules[missing] = _StandIn(missing)
+            except Exception as exc:  # noqa: BLE001 - any failure is the answer
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                break
+    return {"errors": errors, "vllm": version("vllm"), "stand_ins": sorted(stand_ins)}
+
+
 def main() -> None:
-    serve_requests({"parse": lambda request: [check_line(a) for a in request["lines"]]})
+    serve_requests({"parse": lambda request: [check_line(a) for a in request["lines"]],
+                    "import": lambda request: [check_imports(request["modules"])]})
 
 
 if __name__ == "__main__":

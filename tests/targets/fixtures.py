@@ -191,7 +191,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
                           considered=[]),
         predicted=None, decisions=[],
         site=site.lower_site(Site(), catalog.model(model.name).spec, hardware, instances, pool,
-                             host_reserve(tray_dram_gib)),
+                             host_reserve(tray_dram_gib), serving.vllm_version),
         parsers=site.parsers(model.name))
 
 
@@ -342,7 +342,7 @@ def vr_nvl72_site_plan() -> Plan:
     })
     return plan.model_copy(update={"site": site.lower_site(
         cfg, catalog.model(plan.model.name).spec, plan.hardware, plan.instances, plan.kv_pool,
-        host_reserve(VR_TRAY_DRAM_GIB))})
+        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)})
 
 
 ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,

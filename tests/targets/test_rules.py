@@ -34,7 +34,7 @@ def test_yaml_quotes_what_yaml_1_1_reads_as_booleans():
 
 
 def flags(plan, role: str) -> list[str]:
-    [component] = [c for c in components(plan) if c.role == role]
+    [component, *_] = [c for c in components(plan) if c.role == role]
     return engine_args(plan, component)
 
 
@@ -130,10 +130,14 @@ def test_refuses_dram_segments_where_no_engine_runs():
         TARGETS["mooncake"](plan_with(plan, kv_pool=pool))
 
 
-def test_replicas_with_other_batch_limits_become_their_own_component():
+def test_each_instance_is_its_own_component():
+    """S3-09: a component's pods are pinned to one instance's trays, whatever it shares with
+    other instances (here: batch limits)."""
     plan = vr_nvl72_plan()
     instances = [i.model_copy(update={"max_batch": 4}) if i.id in ("prefill-00", "prefill-01")
                  else i for i in plan.instances]
-    names = {c.name: len(c.instances) for c in components(plan_with(plan, instances=instances))}
-    assert names == {"decode-dep32": 1, "prefill-dep2-b4-t16384": 2,
-                     "prefill-dep2-b8-t16384": 16}
+    comps = components(plan_with(plan, instances=instances))
+    assert {c.name: [i.id for i in c.instances] for c in comps} == {
+        f"{i.id}-{i.shape.lower()}": [i.id] for i in plan.instances}
+    for c in comps:
+        assert c.node_names == tuple(sorted(plan.tray(t).node_name for t in c.instances[0].trays))

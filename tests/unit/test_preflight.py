@@ -37,10 +37,27 @@ def test_a_pd_lws_bundle_without_a_router_is_named(stock):
     assert any(n.path == "site.images.router" and n.target == "lws" for n in notices(stock))
 
 
-def test_site_images_settle_them(tmp_path: Path):
+def test_a_router_image_settles_its_notice_but_no_image_makes_dynamo_run_vllm_033(
+        tmp_path: Path):
+    """S3-03: dynamo.vllm 1.6.1 imports a helper vLLM 0.33 renamed, so a rebuilt image is no
+    remedy: the notice says which vLLM the workers run and that a 0.33 rebuild cannot start."""
     plan = _plan(tmp_path, {"dynamo": "registry.example/dynamo-vllm:0.33.0-dyn1.6.1",
                             "router": "registry.example/vllm-router:0.1.9"})
-    assert {n.path for n in notices(plan)} <= {"site.images.vllm"}
+    paths = {n.path for n in notices(plan)}
+    assert "site.images.router" not in paths
+    [n] = [n for n in notices(plan) if n.path == "site.images.dynamo"]
+    assert "run vLLM 0.31.0" in n.problem and "cannot import dynamo.vllm" in n.hint
+    assert plan.site.engines["dynamo"].vllm == "0.31.0"
+
+
+def test_the_cluster_prerequisites_are_named(stock):
+    by_path = {n.path: n for n in notices(stock)}
+    assert "Pod Security privileged" in by_path["site.security"].problem
+    assert "IPC_LOCK" in by_path["site.security"].problem
+    assert "site.rdma.hca_names" in by_path  # HCA discovery on multi-rail trays (S3-17)
+    assert "one Mooncake master" in by_path["site"].problem  # a single point (S3-16)
+    assert any(n.target == "vllm" and "Kubernetes Service" in n.problem
+               for n in notices(stock))  # the scripts' master address (S3-08)
 
 
 def test_compile_prints_them_as_warnings_and_succeeds(tmp_path: Path):

@@ -24,18 +24,19 @@ def test_a_given_override_wins():
 
 
 def test_cold_start_timeout_reads_the_checkpoint_once_per_reader():
-    ckpt = 300e9  # 300 GB
+    ckpt = 1200e9  # 1.2 TB
     host = site.engine_ready_timeout_s(ModelCache(), ckpt, pods=28, pods_per_node=2)
-    # 600 s + 300 GB / 0.5 GB/s + 2 readers x 300 GB / 2 GB/s = 1500 s
-    assert host == 1500
+    # 600 s + 1200 GB / 0.5 GB/s + 2 readers x 1200 GB / 2 GB/s = 4200 s
+    assert host == 600 + 2400 + 1200
     pvc = site.engine_ready_timeout_s(ModelCache(pvc="models"), ckpt, pods=28, pods_per_node=2)
-    assert pvc == 600 + 600 + 28 * 150  # every pod reads the one claim
+    assert pvc == 600 + 2400 + 28 * 600  # every pod reads the one claim
     given = site.engine_ready_timeout_s(ModelCache(engine_ready_timeout_s=900), ckpt, 28, 2)
     assert given == 900
 
 
-def test_engine_ready_timeout_is_whole_minutes():
-    assert site.engine_ready_timeout_s(ModelCache(), 1e9, 1, 1) % 60 == 0
+def test_engine_ready_timeout_is_whole_minutes_and_at_least_the_recipes():
+    assert site.engine_ready_timeout_s(ModelCache(), 1e9, 1, 1) == 3600  # the recipe's floor
+    assert site.engine_ready_timeout_s(ModelCache(), 700e9, 1, 1) % 60 == 0
 
 
 def test_models_without_catalog_parsers_get_none():

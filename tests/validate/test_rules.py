@@ -39,10 +39,10 @@ def node_names(plan, count: int) -> list[str]:
 def prefill(dgd: dict) -> dict:
     """The prefill component, alone and one pod per replica (whatever shape the plan gave it):
     the other workers scaled to no pods."""
-    for comp in dgd["spec"]["components"]:
-        if comp["type"] not in ("frontend", "prefill"):
-            comp["replicas"] = 0
     comp = component(dgd, "prefill")
+    for other in dgd["spec"]["components"]:
+        if other["type"] != "frontend" and other is not comp:
+            other["replicas"] = 0
     comp.pop("multinode", None)
     return comp
 
@@ -88,7 +88,7 @@ def test_two_pods_per_node_each_claiming_a_channel_stay_pending(example):
     assert not [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
     _channel_pods(plan, files, per_node=2)
     [finding] = [f for f in fired(plan, files, "dra-channel-per-node") if "prefill" in f.where]
-    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-dep" in finding.where
+    assert finding.where.startswith("DynamoGraphDeployment/") and "(prefill-" in finding.where
     assert "4 channel claims for 2 nodes" in finding.got
     assert "2 pods would stay Pending" in finding.hint
     assert rules.diagnostic(finding).render().startswith(

@@ -109,8 +109,9 @@ def test_a_controller_level_defect_is_named_with_its_rule(out, capsys):
     template = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
 
     def double(dgd: dict) -> None:
+        prefill = [c for c in dgd["spec"]["components"] if c["type"] == "prefill"]
         for comp in dgd["spec"]["components"]:
-            if comp["type"] == "decode":
+            if comp["type"] == "decode" or (comp["type"] == "prefill" and comp is not prefill[0]):
                 comp["replicas"] = 0
             elif comp["type"] != "frontend":  # prefill, one pod per replica whatever its shape
                 comp.pop("multinode", None)

@@ -7,7 +7,7 @@ export HF_HOME=/models/huggingface
 export MOONCAKE_CONFIG_PATH=/etc/mooncake/h200-node-05.json
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=2280
+export VLLM_ENGINE_READY_TIMEOUT_S=3600
 export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-05
 export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 exec vllm serve deepseek-ai/DeepSeek-V3 \

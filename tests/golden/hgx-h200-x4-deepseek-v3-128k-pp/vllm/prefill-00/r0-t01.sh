@@ -6,7 +6,7 @@ export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
 export HF_HOME=/models/huggingface
 export PYTHONHASHSEED=0
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=2280
+export VLLM_ENGINE_READY_TIMEOUT_S=3600
 export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-node-1
 exec vllm serve deepseek-ai/DeepSeek-V3 \
   --tensor-parallel-size 8 \

@@ -10,7 +10,7 @@ export NCCL_MNNVL_ENABLE=1
 export PYTHONHASHSEED=0
 export UCX_CUDA_IPC_ENABLE_MNNVL=y
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-export VLLM_ENGINE_READY_TIMEOUT_S=2160
+export VLLM_ENGINE_READY_TIMEOUT_S=3600
 export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t09
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \

@@ -1,0 +1,154 @@
+"""The rules on what controllers, the kubelet and the kernel do with a pod's objects
+(compiler/validate/workloads.py): each names its defect of bundle review 3 when it is planted
+back into a compiled example, and says nothing of the example as compiled."""
+
+import pytest
+import yaml
+
+from compiler.validate import rules, workloads
+
+from .bundles import GB300, HGX, HGX_PP, VR, compiled, component, edit, main
+
+DGD = "k8s/dynamo-graph.yaml"
+LWS = "lws/leaderworkersets.yaml"
+
+
+def fired(plan, files, rule: str) -> list[rules.Finding]:
+    return rules.findings(plan, files, [rule])
+
+
+def _worker(dgd: dict) -> dict:
+    return component(dgd, "decode")["podTemplate"]["spec"]
+
+
+@pytest.mark.parametrize("example", [VR, GB300, HGX])
+def test_compiled_examples_break_none_of_them(example):
+    plan, files = compiled(example)
+    assert not rules.findings(plan, files, ["service-names", "capabilities-effective",
+                                            "host-path-writable", "pod-security",
+                                            "cpu-pods-arch"])
+
+
+def test_a_service_named_like_its_leaderworkerset_hides_the_headless_one():
+    """S3-01: the LWS controller finds the Service and makes no headless one."""
+    plan, files = compiled(VR)
+    docs = list(yaml.safe_load_all(files[LWS]))
+    lws = next(d["metadata"]["name"] for d in docs if d["kind"] == "LeaderWorkerSet")
+    edit(files, LWS, "Service", f"{lws}-http", lambda d: d["metadata"].update(name=lws))
+    [finding] = fired(plan, files, "service-names")
+    assert finding.got == lws and f"Service/{lws}" in finding.where
+    edit(files, LWS, "Service", lws, lambda d: d["metadata"].update(name=f"{lws}-1"))
+    [finding] = fired(plan, files, "service-names")  # a group's own headless Service name
+    assert finding.got == f"{lws}-1"
+
+
+def test_ipc_lock_for_a_non_root_user_is_no_capability():
+    """S3-04: the Dynamo image runs as UID 1000; capabilities.add fills the bounding set only."""
+    plan, files = compiled(VR)
+    edit(files, DGD, "DynamoGraphDeployment", "",
+         lambda d: main(_worker(d))["securityContext"].pop("runAsUser"))
+    [finding] = fired(plan, files, "capabilities-effective")
+    assert "IPC_LOCK" in finding.expected and "unset (the image user)" in finding.got
+    assert "decode" in finding.where
+
+
+def test_a_created_host_path_is_written_by_root_only():
+    """S3-05: the kubelet makes the DirectoryOrCreate cache root:root 0755."""
+    plan, files = compiled(HGX)
+    edit(files, DGD, "DynamoGraphDeployment", "",
+         lambda d: main(_worker(d))["securityContext"].update(runAsUser=1000))
+    [finding] = fired(plan, files, "host-path-writable")
+    assert "model-cache" in finding.expected and finding.got == "runAsUser 1000"
+
+
+def test_cpu_pods_follow_the_sites_cpu_arch():
+    """S3-06: the frontend forced onto the rack's arm64 while it keeps off the trays."""
+    plan, files = compiled(GB300)
+    edit(files, DGD, "DynamoGraphDeployment", "", lambda d: component(d, "frontend")[
+        "podTemplate"]["spec"].update(nodeSelector={"kubernetes.io/arch": "arm64"}))
+    [finding] = fired(plan, files, "cpu-pods-arch")
+    assert finding.got == "kubernetes.io/arch arm64" and "frontend" in finding.where
+    site = plan.site.model_copy(update={"cpu_arch": "arm64"})
+    assert not fired(plan.model_copy(update={"site": site}), files, "cpu-pods-arch")
+
+
+def test_pod_security_levels():
+    plan, files = compiled(VR)
+    assert plan.site.pod_security_level == "privileged"  # IPC_LOCK and the hostPath cache
+
+    def frontend_cache(dgd: dict) -> None:
+        spec = component(dgd, "frontend")["podTemplate"]["spec"]
+        spec["volumes"] = [{"name": "tokenizer-cache", "hostPath": {"path": "/var/cache/x"}}]
+    edit(files, DGD, "DynamoGraphDeployment", "", frontend_cache)
+    [finding] = fired(plan, files, "pod-security")
+    assert "without GPUs at restricted" in finding.expected
+    assert finding.got.startswith("privileged: hostPath volume tokenizer-cache")
+
+    plan, files = compiled(VR)
+    edit(files, "k8s/namespace.yaml", "Namespace", "", lambda d: d["metadata"]["labels"].update(
+        {workloads.ENFORCE: "baseline"}))
+    found = fired(plan, files, "pod-security")
+    assert found and all("decode" in f.where or "prefill" in f.where for f in found)
+    assert all("enforce=baseline" in f.expected and "IPC_LOCK" in f.got for f in found)
+
+    plan, files = compiled(VR)
+    edit(files, DGD, "DynamoGraphDeployment", "", lambda d: component(d, "frontend")[
+        "podTemplate"]["spec"].pop("automountServiceAccountToken"))
+    [finding] = fired(plan, files, "pod-security")
+    assert "token" in finding.got and "frontend" in finding.where
+
+
+def test_level_reads_the_pod_security_standards():
+    restricted = {"containers": [{"name": "c", "securityContext": {
+        "allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 1000,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}],
+        "volumes": [{"name": "v", "emptyDir": {}}]}
+    assert workloads.level(restricted) == ("restricted", [])
+    root = {"containers": [{"name": "c", "securityContext": {"runAsUser": 0}}]}
+    assert workloads.level(root)[0] == "baseline"
+    chown = {"containers": [{"name": "c", "securityContext": {"capabilities": {
+        "add": ["CHOWN"]}}}]}
+    assert workloads.level(chown)[0] == "baseline"
+    locked = {"containers": [{"name": "c", "securityContext": {"capabilities": {
+        "add": ["IPC_LOCK"]}}}]}
+    assert workloads.level(locked) == ("privileged", ["c: capabilities.add ['IPC_LOCK']"])
+
+
+def test_dynamo_workers_hand_off_by_a_connector_dynamo_has_a_protocol_for():
+    """S3-02: NixlPushConnector under Dynamo 1.6.1 raises on every prefill request."""
+    plan, files = compiled(HGX)
+    assert not fired(plan, files, "dynamo-connector")
+
+    def push(dgd: dict) -> None:
+        args = main(_worker(dgd))["args"]
+        i = args.index("--kv-transfer-config") + 1
+        args[i] = args[i].replace('"NixlConnector"', '"NixlPushConnector"')
+    edit(files, DGD, "DynamoGraphDeployment", "", push)
+    [finding] = fired(plan, files, "dynamo-connector")
+    assert "NixlPushConnector" in finding.got and "decode" in finding.where
+    assert "Dynamo 1.6.1" in finding.expected
+
+
+def test_dynamo_refuses_a_pipelined_prefill():
+    plan, files = compiled(HGX_PP)
+    assert "NixlPushConnector" in plan.site.engines["dynamo"].refused
+    assert not any(p.startswith(("k8s/", "dynamo/")) for p in files)
+    assert plan.site.engines["vllm"].refused is None and any(p.startswith("lws/") for p in files)
+
+
+def test_each_instance_is_its_own_workload_on_its_own_trays():
+    """S3-09: two instances as two replicas of one template over the union of their trays."""
+    plan, files = compiled(VR)
+    assert not fired(plan, files, "per-instance-placement")
+    [dgd] = list(yaml.safe_load_all(files[DGD]))
+    prefill = [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
+    assert len(prefill) >= 2 and all(c["replicas"] == 1 for c in prefill)
+    first, second = (c["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        for c in prefill[:2])
+    first.extend(t for t in second if t not in first)
+    prefill[0]["replicas"] = 2
+    dgd["spec"]["components"].remove(prefill[1])
+    files[DGD] = yaml.safe_dump(dgd, sort_keys=False)
+    [finding] = fired(plan, files, "per-instance-placement")
+    assert finding.got.startswith("2 replicas") and prefill[0]["name"] in finding.where
