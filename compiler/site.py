@@ -175,7 +175,12 @@ def security(pods: list[PodSize], cache: ModelCache, router: bool,
     """Every kind of pod the targets emit and how it runs: privileges only where a pod's work
     needs them, restricted everywhere else; no service-account token but the router's."""
     host_path = cache.kind == "host_path"
-    out = {"frontend": _cpu_pod(False, "Dynamo's frontend (its tokenizer cache is an emptyDir)")}
+    # Dynamo's pods find each other through the API server: the operator sets
+    # DYN_DISCOVERY_BACKEND=kubernetes unless a graph asks for etcd (deploy/operator/internal/
+    # dynamo/component_common.go getCommonContainer) and gives them its discovery service account
+    # (graph.go GenerateBasePodSpec), whose token the runtime's KubeClient reads.
+    out = {"frontend": _cpu_pod(True, "Dynamo's frontend (its token serves Dynamo's Kubernetes "
+                                      "discovery; its tokenizer cache is an emptyDir)")}
     kinds = {p.resources.registers_memory for p in pods}
     for registers in sorted(kinds):
         out["engine-rdma" if registers else "engine"] = _engine_pod(registers, host_path)

@@ -210,7 +210,15 @@ def pod_security(ctx: "Context") -> list[Finding]:
                     "privilege)", f"{got}: " + "; ".join(breaks),
                     "run it non-root, drop ALL capabilities, no privilege escalation, "
                     "seccomp RuntimeDefault, no hostPath"))
-            if g.spec.get("automountServiceAccountToken") is not False and \
+            if g.obj.kind == "DynamoGraphDeployment":
+                if g.spec.get("automountServiceAccountToken") is False:
+                    out.append(_finding(
+                        "pod-security", g, "the service-account token mounted (the operator "
+                        "sets DYN_DISCOVERY_BACKEND=kubernetes: the runtime's KubeClient reads "
+                        "it, deploy/operator/internal/dynamo/component_common.go)",
+                        "automountServiceAccountToken: false",
+                        "leave the token to the operator's discovery service account"))
+            elif g.spec.get("automountServiceAccountToken") is not False and \
                     g.spec.get("serviceAccountName") in (None, "default"):
                 out.append(_finding(
                     "pod-security", g, "automountServiceAccountToken: false (the pod calls no "

@@ -87,9 +87,10 @@ def test_multi_tray_deepep_low_latency_runs_over_mnnvl():
             assert s.env.get("VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL") == want
         # the decode workers running DeepEP low-latency across trays (a TP8EP8 decode the
         # solver may also choose runs no DeepEP)
-        shapes = {f"decode-{i.shape.lower()}" for i in multi if i.role == "decode"}
+        # one component per instance, named <instance id>-<shape>
+        names = {f"{i.id}-{i.shape.lower()}" for i in multi if i.role == "decode"}
         decode = [c for c in dgd(example)["spec"]["components"]
-                  if c["type"] == "decode" and c["name"] in shapes]
+                  if c["type"] == "decode" and c["name"] in names]
         assert decode
         for c in decode:
             [container] = c["podTemplate"]["spec"]["containers"]
