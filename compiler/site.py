@@ -82,7 +82,8 @@ def dynamo_refusal(instances: list[Instance]) -> str | None:
                 not set(i.kv_connectors) & set(protocols):
             return (f"instances[{i.id}] hands KV off by {', '.join(i.kv_connectors)}, but "
                     f"Dynamo {catalog.engines().dynamo.version}'s prefill handler takes only "
-                    f"{', '.join(protocols)} ({worker.kv_connector_protocols.source.split(' (')[0]})")
+                    f"{', '.join(protocols)} "
+                    f"({worker.kv_connector_protocols.source.split(' (')[0]})")
     return None
 
 

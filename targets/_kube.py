@@ -37,7 +37,6 @@ from kubernetes.client import (
     V1PodTemplateSpec,
     V1Probe,
     V1ResourceRequirements,
-    V1PodSecurityContext,
     V1SeccompProfile,
     V1SecretKeySelector,
     V1SecurityContext,

@@ -1,7 +1,8 @@
 """Checks Dynamo worker, frontend and router lines; runs inside `.venv-dyn161`.
 
 Same protocol as `venv_vllm_check.py` (one JSON request per stdin line), with
-two ops: `{"op": "parse", "lines": [argv, ...]}` and `{"op": "import", "modules": [...]}`. Each argv is
+two ops: `{"op": "parse", "lines": [argv, ...]}` and
+`{"op": "import", "modules": [...]}`. Each argv is
 `python3 -m dynamo.vllm|dynamo.frontend|dynamo.router ...`. The entry points are
 never run as programs: they look for etcd. The harness strips `DYN_*` variables
 from this process's environment, because Dynamo reads flag defaults from them.
@@ -14,7 +15,7 @@ import contextlib
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from venv_vllm_check import inexact_flags, run_check, serve_requests
 
@@ -94,7 +95,7 @@ def check_line(argv: list[str]) -> dict[str, Any]:
 class _StandIn(types.ModuleType):
     """An absent third-party package: a package whose every attribute is a placeholder class."""
 
-    __path__: list[str] = []
+    __path__: ClassVar[list[str]] = []
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
@@ -125,7 +126,7 @@ def check_imports(modules: list[str]) -> dict[str, Any]:
                     break
                 stand_ins.add(top)
                 sys.modules[missing] = _StandIn(missing)
-            except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            except Exception as exc:
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 break
     return {"errors": errors, "vllm": version("vllm"), "stand_ins": sorted(stand_ins)}
