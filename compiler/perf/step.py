@@ -59,6 +59,10 @@ class PerfContext:
     nic_gbps: float | None = None
     image_token_share: float = 0.0  # prompt tokens that are image tokens (workload)
     tokens_per_image: int = 0
+    # decode steps by (shape, batch, kv_len): the serving fixed points and the solver's search
+    # over shapes and batches ask for the same step again and again (see `decode_step`)
+    _decode_steps: dict[tuple, "StepTime"] = field(default_factory=dict, init=False,
+                                                   repr=False, compare=False)
 
 
 @dataclass
@@ -80,6 +84,9 @@ class StepTime:
         for k, v in self.breakdown.items():
             out.add(k, v * factor)
         return out
+
+    def copy(self) -> "StepTime":
+        return StepTime(defaultdict(float, self.breakdown), self.fill_us)
 
     def merge(self, other: "StepTime") -> None:
         for k, v in other.breakdown.items():
@@ -474,7 +481,16 @@ def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
 
 def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
     """One decode step on each DP rank: `batch` requests verify 1 + k tokens over `kv_len`
-    cached tokens on average, then the draft model proposes the next k tokens."""
+    cached tokens on average, then the draft model proposes the next k tokens. Memoised on
+    the context (frozen) by the exact arguments; a copy, since callers add to it."""
+    key = (shape, batch, kv_len)
+    st = ctx._decode_steps.get(key)
+    if st is None:
+        st = ctx._decode_steps[key] = _decode_step(ctx, shape, batch, kv_len)
+    return st.copy()
+
+
+def _decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
     st = StepTime()
     q = 1 + ctx.draft_tokens
     _layers(ctx, st, shape, batch, q, kv_len, prefill=False)
