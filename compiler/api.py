@@ -262,9 +262,8 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
         artifacts.update(emitter.result())
     else:
         artifacts = {"plan.yaml": dump_plan(plan)}
-        for name, emit in targets().items():
-            if only is None or name in only:
-                artifacts.update(emit(plan))
+        for emit in targets(only).values():
+            artifacts.update(emit(plan))
     broken = rules.check(plan, artifacts, rules.ENFORCED)
     if broken:  # the bundle would not start: a rackc defect or inputs the targets cannot serve
         raise CompileError(broken, exit_code=3)

@@ -14,6 +14,9 @@ def target_names() -> tuple[str, ...]:
     return tuple(sorted(ep.name for ep in entry_points(group="rackc.targets")))
 
 
-def targets() -> dict[str, Emit]:
+def targets(only: tuple[str, ...] | None = None) -> dict[str, Emit]:
+    """The installed targets by name; with `only`, just those (the others' modules, which
+    import the Kubernetes models, are not loaded)."""
     found = entry_points(group="rackc.targets")
-    return {ep.name: ep.load() for ep in sorted(found, key=lambda e: e.name)}
+    return {ep.name: ep.load() for ep in sorted(found, key=lambda e: e.name)
+            if only is None or ep.name in only}

@@ -59,6 +59,9 @@ class PerfContext:
     nic_gbps: float | None = None
     image_token_share: float = 0.0  # prompt tokens that are image tokens (workload)
     tokens_per_image: int = 0
+    # results of pure functions of this (frozen) context by their exact arguments (`_memo`)
+    _memo: dict[tuple, object] = field(default_factory=dict, init=False, repr=False,
+                                       compare=False)
 
 
 @dataclass
@@ -81,12 +84,26 @@ class StepTime:
             out.add(k, v * factor)
         return out
 
+    def copy(self) -> "StepTime":
+        return StepTime(defaultdict(float, self.breakdown), self.fill_us)
+
     def merge(self, other: "StepTime") -> None:
         for k, v in other.breakdown.items():
             self.add(k, v)
 
     def rounded(self) -> dict[str, float]:
         return {k: round(v, 2) for k, v in sorted(self.breakdown.items()) if v > 0}
+
+
+def _memo(ctx: PerfContext, fn, *args):
+    """fn(ctx, *args), computed once per context: the serving fixed points and the solver's
+    search over shapes and batches ask for the same steps and layers again and again, and the
+    same arithmetic on the same arguments gives the same number."""
+    key = (fn, *args)
+    out = ctx._memo.get(key)
+    if out is None:
+        out = ctx._memo[key] = fn(ctx, *args)
+    return out
 
 
 def _expert_placement(ctx: PerfContext) -> str:
@@ -271,6 +288,14 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         st.add("shared_expert", shared * shared_fraction)
 
 
+def _moe_layer(ctx: PerfContext, shape: Shape, tokens: int, shared_fraction: float,
+               decode: bool) -> StepTime:
+    """One MoE layer on its own (memoised by `_layers`; read, never added to)."""
+    one = StepTime()
+    moe_layer(ctx, one, shape, tokens, shared_fraction, decode)
+    return one
+
+
 def _expert_width(moe: Moe, shape: Shape) -> int:
     """One rank's share of an expert's intermediate: whole under DEP and TPxEP, 1/tp under TP."""
     return moe.expert_intermediate if shape.dp > 1 else \
@@ -340,14 +365,14 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
         dense_ffn(ctx, one, shape, tokens)
         st.merge(one.scaled(dense if m.moe else n))
     if moe_n:
-        one = StepTime()
-        moe_layer(ctx, one, shape, tokens, m.moe.shared_expert_layer_fraction, not prefill)
+        one = _memo(ctx, _moe_layer, shape, tokens, m.moe.shared_expert_layer_fraction,
+                    not prefill)
         st.merge(one.scaled(moe_n))
-    glue = _attention_glue_us(ctx, shape, tokens) * n
+    glue = _memo(ctx, _attention_glue_us, shape, tokens) * n
     if moe_n:
-        glue += _moe_glue_us(ctx, shape, tokens) * moe_n
+        glue += _memo(ctx, _moe_glue_us, shape, tokens) * moe_n
     if dense or not m.moe:
-        glue += _dense_glue_us(ctx, shape, tokens) * (dense if m.moe else n)
+        glue += _memo(ctx, _dense_glue_us, shape, tokens) * (dense if m.moe else n)
     st.add("glue", glue)
     if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
@@ -474,7 +499,12 @@ def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
 
 def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
     """One decode step on each DP rank: `batch` requests verify 1 + k tokens over `kv_len`
-    cached tokens on average, then the draft model proposes the next k tokens."""
+    cached tokens on average, then the draft model proposes the next k tokens. Memoised on
+    the context (frozen) by the exact arguments; a copy, since callers add to it."""
+    return _memo(ctx, _decode_step, shape, batch, kv_len).copy()
+
+
+def _decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
     st = StepTime()
     q = 1 + ctx.draft_tokens
     _layers(ctx, st, shape, batch, q, kv_len, prefill=False)

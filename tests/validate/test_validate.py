@@ -176,8 +176,8 @@ def test_compile_fails_and_writes_nothing_when_an_enforced_rule_breaks(monkeypat
     assert frozenset(rules.RULES) == rules.ENFORCED
     real = targets_registry.targets
 
-    def with_defect():
-        emits = real()
+    def with_defect(only=None):
+        emits = real(only)
 
         def k8s(plan):
             files = dict(emits["k8s"](plan))
