@@ -2,7 +2,7 @@
 
 import networkx as nx
 
-from compiler import arch, graph, site
+from compiler import arch, deploy, graph, site
 from compiler.decisions import decisions
 from compiler.host_memory import host_memory
 from compiler.load import Inputs
@@ -246,6 +246,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances, made = _instances(inputs, sol, g)
     memory = _memory(sol, instances, g)
     hardware = _hardware(inputs, g)
+    instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
@@ -266,7 +267,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
                         block_size=inputs.resolved.block_size.value),
         solver=_solver(sol),
         predicted=None,
-        decisions=sorted(decisions(inputs, sol, instances, made + trimmed)
+        decisions=sorted(decisions(inputs, sol, instances,
+                                   made + trimmed + deploy.decisions(instances))
                          + site.decisions(inputs, site_plan), key=lambda d: d.path),
         site=site_plan,
         parsers=site.parsers(inputs.model_name),

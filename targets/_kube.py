@@ -49,6 +49,7 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
+from compiler import ports
 from compiler.plan import Plan, Resources
 from targets import _mooncake
 from targets._components import Component
@@ -327,18 +328,18 @@ def mooncake_objects(plan: Plan) -> list[dict]:
     It registers no memory with a NIC (the clients' segments live in the engine pods)."""
     name = _mooncake.master_name(plan)
     selector = labels(plan, "mooncake-master")
-    ports = [("rpc", _mooncake.RPC_PORT), ("metrics", _mooncake.METRICS_PORT)]
+    named = [("rpc", ports.MOONCAKE_RPC), ("metrics", ports.MOONCAKE_METRICS)]
     config = config_map(plan, name, {_mooncake.MASTER_CONFIG_FILE:
                                      dump_yaml(_mooncake.master_config())})
     service = V1Service(api_version="v1", kind="Service",
                         metadata=metadata(plan, name, "mooncake-master"),
                         spec=V1ServiceSpec(selector=selector, ports=[
-                            V1ServicePort(name=n, port=p, target_port=n) for n, p in ports]))
+                            V1ServicePort(name=n, port=p, target_port=n) for n, p in named]))
     rpc = V1TCPSocketAction(port="rpc")
     container = V1Container(
         name="master", image=plan.site.images.vllm, command=["mooncake_master"],
         args=[f"--config_path={_mooncake.CONFIG_DIR}/{_mooncake.MASTER_CONFIG_FILE}"],
-        ports=[V1ContainerPort(name=n, container_port=p) for n, p in ports],
+        ports=[V1ContainerPort(name=n, container_port=p) for n, p in named],
         resources=requirements(plan, plan.site.mooncake_master),
         security_context=security_context(plan, "mooncake-master"),
         readiness_probe=V1Probe(tcp_socket=rpc, period_seconds=10),

@@ -16,6 +16,7 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
+from compiler import ports
 from compiler.plan import Plan
 from targets import _kube
 from targets._components import Component, components
@@ -24,7 +25,6 @@ from targets._errors import TargetError
 from targets._names import dns_label
 from targets._yaml import compact_json, dump_yaml
 
-FRONTEND_PORT = 8000
 # vLLM publishes KV events here for the router (Dynamo's KV-routing recipes); DP ranks offset it.
 KV_EVENTS_ENDPOINT = "tcp://*:20080"
 COMPONENT_TYPE = {"prefill": "prefill", "decode": "decode", "aggregated": "worker"}
@@ -34,7 +34,7 @@ DYNAMO_OVERLAP_SCORE_CREDIT = 1.0  # --router-kv-overlap-score-credit default (k
 
 def frontend_args(plan: Plan) -> list[str]:
     routing = plan.routing
-    args = ["--http-port", str(FRONTEND_PORT), "--router-mode", routing.policy]
+    args = ["--http-port", str(ports.FRONTEND_HTTP), "--router-mode", routing.policy]
     if routing.policy == "kv":
         if routing.block_size != plan.serving.block_size:
             raise TargetError(f"routing.block_size {routing.block_size} differs from the engines' "
