@@ -7,7 +7,8 @@ sends each request to a prefill engine and then a decode engine.
 LWS tells each pod its leader and index (`LWS_LEADER_ADDRESS`, `LWS_WORKER_INDEX`). The leader's
 arguments use Kubernetes' `$(VAR)` expansion; a worker of a data-parallel instance needs its start
 rank, `index x GPUs per node`, so its command is a shell that does the arithmetic. The leaders
-serve the OpenAI API on compiler.ports.ENGINE_API and carry startup/readiness/liveness probes on vLLM's /health;
+serve the OpenAI API on compiler.ports.ENGINE_API and carry startup/readiness/liveness probes on
+vLLM's /health;
 headless workers run no HTTP server, so they have none (as Dynamo's operator does).
 """
 

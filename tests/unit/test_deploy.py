@@ -3,8 +3,8 @@
 import pytest
 
 from compiler import deploy, ports
-from schemas.diagnostics import CompileError
 from compiler.plan import dump_plan, load_plan
+from schemas.diagnostics import CompileError
 from tests.targets.fixtures import hgx_h200_plan, vr_nvl72_plan, vr_nvl72_tp8_plan
 
 
