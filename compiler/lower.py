@@ -6,7 +6,7 @@ from compiler import arch, deploy, graph, site
 from compiler.decisions import decisions
 from compiler.host_memory import host_memory
 from compiler.load import Inputs
-from compiler.memory import all2all_of, offload_gib
+from compiler.memory import all2all_of, offload_gib, utilization
 from compiler.plan import (
     Considered,
     Decision,
@@ -135,7 +135,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
             k = counter.get(w.role, 0)
             counter[w.role] = k + 1
         need = w.need
-        util = round(100 * (need.capacity_gib - need.reserved_gib) / need.capacity_gib) / 100
+        util = utilization(need.capacity_gib, need.reserved_gib)
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
         iid = kept_id or f"{w.role}-{k:02d}"
         fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)

@@ -1,11 +1,15 @@
 """compiler.deploy: rank groups and host ports, recorded on the plan and checked when read."""
 
+from pathlib import Path
+
 import pytest
 
 from compiler import deploy, ports
 from compiler.plan import dump_plan, load_plan
 from schemas.diagnostics import CompileError
 from tests.targets.fixtures import hgx_h200_plan, vr_nvl72_plan, vr_nvl72_tp8_plan
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def _groups(plan, instance_id):
@@ -71,3 +75,20 @@ def test_a_plan_with_edited_rank_groups_is_refused():
     with pytest.raises(CompileError) as err:
         load_plan(edited)
     assert "E701" in str(err.value) and "rank_groups" in str(err.value)
+
+
+def test_memory_utilization_leaves_the_reserve():
+    """`--gpu-memory-utilization` x HBM never reaches into the reserve vLLM's start-up check
+    needs free (rounded down, not to nearest: 0.9600 -> 0.96, 0.9699 -> 0.96)."""
+    from compiler.memory import utilization
+
+    assert utilization(140.4, 5.617) == 0.95  # 0.9599..: the H200 example's domains
+    assert utilization(100.0, 3.0) == 0.97
+    for golden in sorted(GOLDEN.glob("*/plan/plan.yaml")):
+        plan = load_plan(golden.read_text())
+        for i in plan.instances:
+            for gpu in i.gpus:
+                for name, d in plan.memory.items():
+                    if name.startswith(gpu + "-d"):
+                        assert i.gpu_memory_utilization * d.capacity_gib \
+                            <= d.capacity_gib - d.reserved_gib + 1e-9, (golden, i.id, name)
