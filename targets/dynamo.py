@@ -111,10 +111,7 @@ def worker_component(plan: Plan, component: Component) -> dict:
     container = _kube.engine_container(plan, component, plan.site.images.dynamo,
                                        ["python3", "-m", "dynamo.vllm"],
                                        worker_args(plan, component), worker_env(plan, component))
-    # Workers register through Dynamo's Kubernetes discovery with the operator's service account
-    # (compiler/site.py security): the token stays mounted, as the operator sets it.
-    spec = _kube.engine_pod_spec(plan, component, container)
-    spec.automount_service_account_token = None
+    spec = _kube.engine_pod_spec(plan, component, container, dynamo=True)
     shm = _kube.component_resources(plan, component).shm_gib
     out = {"name": component.name, "type": COMPONENT_TYPE[component.role],
            "replicas": len(component.instances), **runtime_version(plan),
