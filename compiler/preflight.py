@@ -62,7 +62,28 @@ def notices(plan: Plan) -> list[Notice]:
             f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
             f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
             "libcudart.so.12)"))
-    return out + _reserve_notices(plan) + _cluster_notices(plan)
+    return out + _reserve_notices(plan) + _pool_notices(plan) + _cluster_notices(plan)
+
+
+def _pool_notices(plan: Plan) -> list[Notice]:
+    """Dynamo registers every decode worker as one `backend` and every prefill worker as
+    `prefill` (dynamo 1.6.1 dynamo/vllm/args.py l.257-262), and its KV router picks among them
+    by KV overlap and active blocks (dynamo/router): a role of several shapes is one routing
+    pool, not the solver's per-shape shares (fresh bundle review, W1)."""
+    if plan.site.engines["dynamo"].refused:
+        return []
+    out = []
+    for role in ("prefill", "decode", "aggregated"):
+        shapes = sorted({i.shape for i in plan.instances if i.role == role})
+        if len(shapes) > 1:
+            out.append(Notice(
+                "objective.shapes", "k8s",
+                f"the {role} instances ({', '.join(shapes)}) are one Dynamo routing pool: its "
+                "router spreads requests by KV overlap and load per worker, while the "
+                "prediction gives each instance the share it sustains at the SLO",
+                f"expect the {role} shapes' load to differ from the plan's split; pin one "
+                f"{role} shape in objective.shapes where that matters"))
+    return out
 
 
 def _reserve_notices(plan: Plan) -> list[Notice]:
