@@ -11,7 +11,7 @@ groups must agree on the block size and the KV cache dtype.
 import re
 from collections.abc import Callable
 
-from compiler import catalog
+from compiler import catalog, deploy
 from compiler.load import Inputs
 from compiler.plan import (
     CurvePoint,
@@ -50,7 +50,7 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
     first = renamed[0]
     groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted)
               for n, p in zip(names, renamed, strict=True)]
-    instances = sorted((i.model_copy(update={"group": n})
+    instances = sorted((i.model_copy(update={"group": n, "workload": deploy.workload_name(i)})
                         for n, p in zip(names, renamed, strict=True) for i in p.instances),
                        key=lambda i: i.id)
     segments = [s for p in renamed for s in p.kv_pool.segments]
