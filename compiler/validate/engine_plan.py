@@ -4,7 +4,8 @@ engines that the plan's memory map, batch sizing and prediction do not describe:
 --gpu-memory-utilization above the plan's eats the reserve vLLM's start-up check needs free
 (bundle review 3, S3-11), a --speculative-config without the plan's sampling options drafts
 greedily (S3-13), a missing --language-model-only loads the vision tower into HBM the plan gave
-the KV cache (S3-15).
+the KV cache (S3-15); a startup probe shorter than the cold start the plan sized restarts it
+(S3-14); an image other than the plan's runs another vLLM (S3-03).
 
 Engines are matched to instances by what the plan records: a launch script's folder is the
 instance id (`vllm/<id>/<tray>.sh`), a DGD component is named by `Instance.workload`, a
@@ -92,6 +93,42 @@ def _mismatches(plan: Plan, i: Instance, e: Engine) -> list[tuple[str, str]]:
     return out
 
 
+def _start_budget(plan: Plan, e: Engine) -> list[tuple[str, str]]:
+    """S3-14: the engine waits for its cold start as long as the plan sized it, and a pod's
+    startup probe waits at least as long (else the kubelet restarts a start that is still
+    downloading)."""
+    want = plan.site.model_cache.engine_ready_timeout_s
+    got = e.env.get("VLLM_ENGINE_READY_TIMEOUT_S")
+    out = []
+    if got is not None and got != str(want):
+        out.append((f"VLLM_ENGINE_READY_TIMEOUT_S={want} (plan.yaml "
+                    "site.model_cache.engine_ready_timeout_s)",
+                    f"VLLM_ENGINE_READY_TIMEOUT_S={got}"))
+    if e.group is None:
+        return out
+    for c in e.group.spec.get("containers") or []:
+        probe = c.get("startupProbe") if isinstance(c, dict) else None
+        if isinstance(probe, dict):
+            waits = int(probe.get("failureThreshold", 3)) * int(probe.get("periodSeconds", 10)) \
+                + int(probe.get("initialDelaySeconds", 0))
+            if waits < want:
+                out.append((f"a startupProbe that waits at least the engine's {want} s cold "
+                            "start", f"{waits} s (failureThreshold x periodSeconds)"))
+    return out
+
+
+def _image(plan: Plan, e: Engine) -> list[tuple[str, str]]:
+    """S3-03: Dynamo's workers run the plan's Dynamo runtime (the vLLM its release imports),
+    the other engines the plan's vLLM image."""
+    if e.group is None:
+        return []
+    want = plan.site.images.dynamo if e.launcher == "dynamo" else plan.site.images.vllm
+    got = {c.get("image") for c in e.group.spec.get("containers") or [] if isinstance(c, dict)}
+    if want not in got:
+        return [(f"image {want} (plan.yaml site.images)", ", ".join(sorted(map(str, got))))]
+    return []
+
+
 def engine_matches_plan(ctx: Any) -> list[Finding]:
     out = []
     engines = [e for b in ctx.bundles for e in b.engines] + ctx.scripts
@@ -102,6 +139,6 @@ def engine_matches_plan(ctx: Any) -> list[Finding]:
                                "instances (by launch folder or workload name)", "none matches",
                                HINT))
             continue
-        out += [Finding(RULE, e.file, e.line, e.where, want, got, HINT)
-                for want, got in _mismatches(ctx.plan, i, e)]
+        found = _mismatches(ctx.plan, i, e) + _start_budget(ctx.plan, e) + _image(ctx.plan, e)
+        out += [Finding(RULE, e.file, e.line, e.where, want, got, HINT) for want, got in found]
     return out

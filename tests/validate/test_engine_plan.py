@@ -96,3 +96,26 @@ def _flag_value(text: str, flag: str, value: str) -> str:
 
     assert any(walk(d) for d in docs)
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def test_a_startup_probe_shorter_than_the_cold_start_is_named():
+    """S3-14: the kubelet would restart an engine still loading its checkpoint."""
+    plan, files = compiled(VR)
+    docs = list(yaml.safe_load_all(files[LWS]))
+    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    leader["startupProbe"]["failureThreshold"] = 210  # 2100 s, the review's figure
+    files[LWS] = yaml.safe_dump_all(docs, sort_keys=False)
+    found = _fired(plan, files)
+    assert any(f.file == LWS and "startupProbe" in f.expected and f.got.startswith("2100 s")
+               for f in found), found
+
+
+def test_an_image_other_than_the_plans_is_named():
+    """S3-03: a Dynamo runtime "rebuilt with vLLM 0.33" is not the image the plan's facts are
+    for; the DGD's workers must run the plan's."""
+    plan, files = compiled(VR)
+    image = plan.site.images.dynamo
+    files[DGD] = files[DGD].replace(image, image + "-vllm0.33")
+    found = _fired(plan, files)
+    assert any(f.file == DGD and image in f.expected for f in found), found
