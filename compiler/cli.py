@@ -303,7 +303,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _report(exc.diagnostics)
         return exc.exit_code
     prefix = args.path or ""
-    rows = [d for d in plan.decisions if d.path == prefix or d.path.startswith(prefix)]
+    rows = [d for d in plan.decisions if _explains(d.path, prefix)]
     if not rows:
         _report([Diagnostic("error", "E702", display_name(Path(args.plan)), 0, 0, prefix,
                             "a decision path", repr(prefix),
@@ -312,6 +312,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for d in rows:
         print(f"{d.path} = {d.value}  [{d.source}]  {d.why}")
     return 0
+
+
+def _explains(path: str, prefix: str) -> bool:
+    """A decision at or below `prefix`; a mixed fleet's group setting
+    (`groups.<group>.<path>`, compiler.fleet) also by its path within the group."""
+    head, _, rest = path.partition(".")
+    within = rest.partition(".")[2] if head == "groups" else None
+    return path.startswith(prefix) or (within is not None and within.startswith(prefix))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -5,7 +5,6 @@ this machine or absolute paths, so the same inputs give a byte-identical `plan.y
 Targets import this module only.
 """
 
-import re
 from dataclasses import replace
 from functools import cached_property
 from typing import ClassVar, Literal
@@ -13,6 +12,7 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
+from compiler.ids import gpu_of_domain, natural, parse_instance
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.source import Document, checked_events, format_path, load_yaml_text
@@ -531,7 +531,7 @@ class Plan(Frozen):
     def _engram_groups_by_gpu(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for s in self.engram_shards:
-            out.setdefault(s.domain.rsplit("-d", 1)[0], set()).add(s.group)
+            out.setdefault(gpu_of_domain(s.domain), set()).add(s.group)
         return out
 
 
@@ -574,7 +574,6 @@ def _diagnostic(doc: Document, path: tuple, expected: str, got: str, hint: str) 
                       expected, got, hint)
 
 
-INSTANCE_ID = re.compile(r"^(prefill|decode|aggregated)-(\d{1,9})$")
 EDITED = "rackc wrote this plan otherwise; pass OUT/plan.yaml as rackc compile wrote it"
 
 
@@ -594,8 +593,8 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     owner: dict[str, str] = {}
     for n, i in enumerate(plan.instances):
         at = ("instances", n)
-        m = INSTANCE_ID.match(i.id)
-        if not m or m[1] != i.role:
+        iid = parse_instance(i.id)
+        if iid is None or iid.role != i.role:
             problems.append(((*at, "id"), f"`{i.role}-NN` (its role, a number)", repr(i.id),
                              EDITED))
         if i.id in ids:
@@ -624,15 +623,11 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
                 problems.append(((*at, "gpus", k), "a GPU of one instance",
                                  f"{gpu}, also {owner[gpu]}'s", EDITED))
             owner.setdefault(gpu, i.id)
-        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=_natural)
-        if sorted(i.trays, key=_natural) != trays:
+        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=natural)
+        if sorted(i.trays, key=natural) != trays:
             problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
                              ", ".join(i.trays) or "none", EDITED))
     return problems
-
-
-def _natural(text: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api
+from compiler import api, cli, fleet
+from compiler.ids import natural
 from compiler.plan import Fleet
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
@@ -37,8 +38,17 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def mixed():
-    return api.compile(MIXED)
+def group_plans():
+    """The groups' own plans, as the mixed example's compile hands them to compiler.fleet."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def mixed(group_plans):
+    real = fleet.merge
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fleet, "merge", lambda f, plans: group_plans.extend(plans) or real(f, plans))
+        return api.compile(MIXED)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +105,40 @@ def test_the_router_and_the_pool_span_the_fleet(mixed):
     groups = plan.hardware.groups
     assert plan.predicted.requests_per_s == pytest.approx(
         sum(g.predicted.requests_per_s for g in groups), abs=0.01)
+
+
+def test_every_instance_keeps_its_decisions_under_its_own_id(mixed, group_plans, tmp_path,
+                                                              capsys):
+    """No decision is dropped, and none is left under the id a group used before merging: the
+    groups' plans already have the fleet's ids; their settings are named by group."""
+    plan = mixed.plan
+    assert len(group_plans) == len(plan.hardware.groups) == 2
+    assert len(plan.decisions) == sum(len(p.decisions) for p in group_plans)
+    paths = [d.path for d in plan.decisions]
+    assert len(paths) == len(set(paths))
+    for own, group in zip(group_plans, plan.hardware.groups, strict=True):
+        assert {i.id for i in own.instances} == {i.id for i in plan.instances
+                                                 if i.group == group.name}
+        for d in own.decisions:
+            own_id = d.path.startswith(("instances.", "kv_pool.segments."))
+            named = d if own_id else d.model_copy(
+                update={"path": f"groups.{group.name}.{d.path}"})
+            assert named in plan.decisions
+    ids = {i.id for i in plan.instances}
+    assert {p.split(".")[1] for p in paths if p.startswith("instances.")} == ids
+    for inst in plan.instances:
+        assert f"instances.{inst.id}" in paths
+    (tmp_path / "plan.yaml").write_text(mixed.artifacts["plan.yaml"])
+    last = max((i.id for i in plan.instances if i.group == "vr-a"), key=natural)
+    assert last.startswith("prefill-") and natural(last)[1] > 0
+    capsys.readouterr()
+    assert cli.main(["explain", str(tmp_path / "plan.yaml"), f"instances.{last}"]) == 0
+    assert capsys.readouterr().out.startswith(f"instances.{last} = ")
+    # a group setting by its plain path: every group's
+    assert cli.main(["explain", str(tmp_path / "plan.yaml"), "serving.block_size"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" = ")[0] for line in out] == [
+        "groups.gb300-a.serving.block_size", "groups.vr-a.serving.block_size"]
 
 
 def test_each_group_keeps_its_system_settings(vr_and_hgx):
