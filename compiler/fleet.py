@@ -35,7 +35,8 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
     _check_shared(fleet, plans)
     names = [i.hardware.metadata.name for i in fleet]
     first = plans[0]
-    groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted)
+    groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted,
+                         host_reserved_gib=p.site.host_reserved_gib)
               for n, p in zip(names, plans, strict=True)]
     instances = sorted((i.model_copy(update={"group": n})
                         for n, p in zip(names, plans, strict=True) for i in p.instances),

@@ -314,7 +314,8 @@ class Site(Frozen):
     pods: list[PodSize]  # sorted by instance id
     mooncake_segment_bytes: dict[str, int]  # tray -> global_segment_size of each rank there
     mooncake_local_buffer_bytes: int
-    host_reserved_gib: float  # per tray: its memory capacity less its allocatable
+    host_reserved_gib: float  # per tray: its memory capacity less its allocatable (a mixed
+    # fleet: the first group's; each group's is in its FleetGroup, Plan.host_reserved_gib_of)
     frontend: Resources
     mooncake_master: Resources
     # target family (dynamo: dynamo/ and k8s/; vllm: vllm/, lws/, the Mooncake master) -> engine
@@ -434,6 +435,7 @@ class FleetGroup(Frozen):
     hardware: Hardware
     serving: Serving
     predicted: Predicted | None
+    host_reserved_gib: float  # per tray: its memory capacity less its allocatable (its site.host)
 
 
 class Fleet(Frozen):
@@ -486,6 +488,12 @@ class Plan(Frozen):
     def hardware_of(self, tray_id: str) -> Hardware:
         """The hardware (of its group, in a mixed fleet) a tray belongs to."""
         return self._hardware_by_tray.get(tray_id, self.hardware)
+
+    def host_reserved_gib_of(self, hw: Hardware) -> float:
+        """Host memory of each of `hw`'s trays that pods cannot have (a mixed fleet: the
+        reserve of the group `hw` is, which its own tray DRAM sets)."""
+        group = self._group_by_tray.get(hw.trays[0].id) if hw.trays else None
+        return self.site.host_reserved_gib if group is None else group.host_reserved_gib
 
     def serving_of(self, instance: Instance) -> Serving:
         """The serving settings of an instance's group (its system's engine backends)."""

@@ -180,3 +180,33 @@ def test_group_ids_outside_the_group_are_blamed_on_the_group(tmp_path):
         api.check(tmp_path / "deployment.yaml")
     [d] = exc.value.diagnostics
     assert (d.code, d.path, d.line) == ("E205", "spec.groups[1].unavailable.gpus[0]", 16)
+
+
+def _vera_rubin_first(folder: Path, fraction: float) -> Path:
+    """The mixed example with its groups swapped (Vera Rubin, 1397 GiB a tray, first) and the
+    DRAM pool asking `fraction` of each tray."""
+    cluster = yaml.safe_load((MIXED.parent / "cluster.yaml").read_text())
+    cluster["spec"]["groups"].reverse()
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    pool = "kv_pool: {dram: true, hbm: false"
+    text = MIXED.read_text().replace(pool + "}", f"{pool}, dram_fraction: {fraction}}}")
+    assert f"dram_fraction: {fraction}" in text
+    (folder / "deployment.yaml").write_text(text)
+    return folder / "deployment.yaml"
+
+
+def test_each_node_has_its_own_groups_reserve(tmp_path):
+    """A GB300 tray (894 GiB) keeps the reserve of its own DRAM, not the Vera Rubin group's
+    before it: its pods, sized against its own allocatable, fit (they failed E826 when the
+    first group's reserve was applied to every node)."""
+    from compiler.validate import pods
+
+    result = api.compile(_vera_rubin_first(tmp_path, 0.55), only=("k8s",))
+    plan = result.plan
+    vr, gb300 = plan.hardware.groups
+    assert (vr.hardware.system, gb300.hardware.system) == ("vera-rubin-nvl72", "gb300-nvl72")
+    assert vr.host_reserved_gib > gb300.host_reserved_gib
+    allocatable = {n.tray: n.capacity[pods.MEMORY] / 2**30 for n in pods.nodes(plan)}
+    assert plan.host_memory  # every tray running engines: the budget's capacity less reserve
+    for tray, host in plan.host_memory.items():
+        assert float(allocatable[tray]) == pytest.approx(host.capacity_gib - host.reserved_gib)
