@@ -128,6 +128,7 @@ def load_fleet(deployment_path: Path,
         if not model_errors:
             errors.extend(check_serving(dep, model, dsrc))
     errors.extend(check_objective(dep, dsrc))
+    errors.extend(check_fleet_objective(dep, [system for _, _, system in units], dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     model = with_checkpoint(model, dep.spec.serving.checkpoint)
@@ -564,6 +565,22 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                              "instances of one role and shape share one engine "
                              "configuration: give them the same limits, or merge the entries"))
     return out
+
+
+def check_fleet_objective(dep: DeploymentV1, systems: list[System],
+                          src: SourceMap) -> list[Diagnostic]:
+    """E211: pinned counts on a mixed fleet are refused. Every group is solved with the whole
+    deployment, so each would place every pin (the counts multiplied by the groups), and no
+    rule says which group an entry belongs to."""
+    obj = dep.spec.objective
+    if obj.mode != "pinned" or len(systems) < 2:
+        return []
+    return [_diag(src, ("spec", "objective", "mode"), "E211",
+                  "a goodput mode (throughput, latency) on a mixed fleet; `pinned` on one system",
+                  f"mode pinned over {len(systems)} groups "
+                  f"({', '.join(s.name for s in systems)})",
+                  "let the solver size each group (mode throughput), or pin each group's "
+                  "instances in its own deployment of a one-system Cluster")]
 
 
 def check_objective(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:

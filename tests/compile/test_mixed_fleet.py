@@ -210,3 +210,42 @@ def test_each_node_has_its_own_groups_reserve(tmp_path):
     assert plan.host_memory  # every tray running engines: the budget's capacity less reserve
     for tray, host in plan.host_memory.items():
         assert float(allocatable[tray]) == pytest.approx(host.capacity_gib - host.reserved_gib)
+
+
+PINNED = """\
+  objective:
+    mode: pinned
+    instances:
+      - {role: prefill, shape: DEP8, count: 1}
+      - {role: decode, shape: DEP8, count: 1}
+"""
+
+
+def _pinned(folder: Path, groups: int) -> Path:
+    """The mixed example with its layout pinned, over its first `groups` groups."""
+    cluster = yaml.safe_load((MIXED.parent / "cluster.yaml").read_text())
+    cluster["spec"]["groups"] = cluster["spec"]["groups"][:groups]
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    text = re.sub(r"  objective:\n(    .*\n)+", PINNED, MIXED.read_text())
+    assert "mode: pinned" in text and "mode: throughput" not in text
+    (folder / "deployment.yaml").write_text(text)
+    return folder / "deployment.yaml"
+
+
+def test_pinned_counts_on_a_mixed_fleet_are_refused(tmp_path):
+    """Each group would place every pin (twice the counts on two groups): refused, at the
+    deployment's objective.mode, by check and compile alike."""
+    deployment = _pinned(tmp_path, 2)
+    for run in (api.check, lambda p: api.compile(p, only=("vllm",))):
+        with pytest.raises(CompileError) as exc:
+            run(deployment)
+        [d] = exc.value.diagnostics
+        assert (d.code, d.path, d.line) == ("E211", "spec.objective.mode", 15)
+        assert d.file.endswith("deployment.yaml")
+        assert "gb300-nvl72, vera-rubin-nvl72" in d.got
+
+
+def test_pinned_counts_on_one_group_are_placed_once(tmp_path):
+    result = api.compile(_pinned(tmp_path, 1), only=("vllm",))
+    assert sorted((i.role, i.shape) for i in result.plan.instances) == [
+        ("decode", "DEP8"), ("prefill", "DEP8")]
