@@ -192,4 +192,14 @@ def _decisions(names: list[str], plans: list[Plan]) -> list[Decision]:
     out = [d if d.path.startswith(_OWN_PATHS)
            else d.model_copy(update={"path": f"groups.{n}.{d.path}"})
            for n, p in zip(names, plans, strict=True) for d in p.decisions]
-    return sorted(out, key=lambda d: d.path)
+    return sorted([*out, ROUTING], key=lambda d: d.path)
+
+
+# Cross-group P/D is neither planned nor routed per group: the fleet's one router may pair
+# them, and the plan says so (compiler.preflight warns with the same words).
+ROUTING = Decision(
+    path="routing.groups", value="one router over every group", source="rule:mixed-fleet",
+    why="each group is solved and predicted with its own prefill and decode instances, but "
+        "one frontend and router serve every group's: a request may be prefilled in one "
+        "group and decoded in another (its KV crossing the groups' network), which the "
+        "prediction does not cover")

@@ -110,5 +110,5 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "one Dynamo frontend routes over every group's workers: it may pair one group's "
             "prefill with another's decode, while each group is solved and predicted on its own",
             "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
-            "the groups' network"))
+            "the groups' network (`rackc explain PLAN routing.groups`)"))
     return out

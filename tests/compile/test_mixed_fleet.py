@@ -107,13 +107,24 @@ def test_the_router_and_the_pool_span_the_fleet(mixed):
         sum(g.predicted.requests_per_s for g in groups), abs=0.01)
 
 
+def test_the_plan_and_report_say_pairs_may_cross_groups(mixed):
+    """Each group is predicted with its own P/D pairs while one router serves them all: the
+    plan records it (a decision) and the report warns before deploying."""
+    [d] = [d for d in mixed.plan.decisions if d.path == "routing.groups"]
+    assert d.value == "one router over every group" and "prediction does not cover" in d.why
+    report = mixed.artifacts["report/performance.md"]
+    deploy = report[report.index("## Before you deploy"):]
+    assert "another's decode" in deploy and "routing.groups" in deploy
+
+
 def test_every_instance_keeps_its_decisions_under_its_own_id(mixed, group_plans, tmp_path,
                                                               capsys):
     """No decision is dropped, and none is left under the id a group used before merging: the
     groups' plans already have the fleet's ids; their settings are named by group."""
     plan = mixed.plan
     assert len(group_plans) == len(plan.hardware.groups) == 2
-    assert len(plan.decisions) == sum(len(p.decisions) for p in group_plans)
+    # and the fleet's own: how P/D pairs across groups are routed
+    assert len(plan.decisions) == sum(len(p.decisions) for p in group_plans) + 1
     paths = [d.path for d in plan.decisions]
     assert len(paths) == len(set(paths))
     for own, group in zip(group_plans, plan.hardware.groups, strict=True):
