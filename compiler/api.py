@@ -15,7 +15,6 @@ from compiler.ids import next_numbers
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.plan import (
     PLAN_MAX_BYTES,
-    Fleet,
     Instance,
     Plan,
     Predicted,
@@ -289,11 +288,11 @@ def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
 
     plan = read_plan(plan_path)
     inputs = load_inputs(deployment)
-    if isinstance(plan.hardware, Fleet) or inputs.resolved.digest != plan.inputs_digest:
+    if plan.mixed or inputs.resolved.digest != plan.inputs_digest:
         raise CompileError([Diagnostic(
             "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
             f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
-            "a mixed fleet's plan" if isinstance(plan.hardware, Fleet)
+            "a mixed fleet's plan" if plan.mixed
             else f"a plan of other inputs ({plan.inputs_digest[:12]})",
             "recompile, or pass the deployment this plan was compiled from")])
     bad = [p for p in opts.policies if p not in POLICIES]

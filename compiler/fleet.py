@@ -17,7 +17,6 @@ from compiler.plan import (
     CurvePoint,
     Decision,
     Fleet,
-    FleetGroup,
     KvPool,
     PhaseSolve,
     Plan,
@@ -35,9 +34,10 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
     _check_shared(fleet, plans)
     names = [i.hardware.metadata.name for i in fleet]
     first = plans[0]
-    groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted,
-                         host_reserved_gib=p.site.host_reserved_gib)
-              for n, p in zip(names, plans, strict=True)]
+    # each group's own: what its one-system plan held for the whole plan
+    groups = [p.hardware.groups[0].model_copy(update={
+        "serving": p.serving, "predicted": p.predicted,
+        "host_reserved_gib": p.site.host_reserved_gib}) for p in plans]
     instances = sorted((i.model_copy(update={"group": n})
                         for n, p in zip(names, plans, strict=True) for i in p.instances),
                        key=lambda i: natural(i.id))

@@ -13,6 +13,8 @@ from compiler.plan import (
     Decision,
     DomainMemory,
     EngramShard,
+    Fleet,
+    FleetGroup,
     Hardware,
     HostMemory,
     Instance,
@@ -252,7 +254,10 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,
-        hardware=hardware,
+        # one group: this system's (a mixed fleet's group: compiler.fleet adds what the plan
+        # holds for one system)
+        hardware=Fleet(groups=[FleetGroup(name=inputs.hardware.metadata.name,
+                                          hardware=hardware)]),
         model=model,
         serving=_serving(inputs),
         instances=instances,

@@ -427,19 +427,24 @@ class Decision(Frozen):
     why: str
 
 
-class FleetGroup(Frozen):
-    """One group of a mixed fleet: its own system, trays and per-system engine settings, and
-    what the perf model predicts for the instances it holds."""
+class FleetGroup(OmitsOptional):
+    """One group of the fleet: its own system and trays (a one-system plan: its only group,
+    named after the Rack or Cluster). A mixed fleet's group also holds its per-system engine
+    settings, what the perf model predicts for its instances, and its node reserve; a
+    one-system plan's group leaves them to the plan itself (`Plan.serving`, `Plan.predicted`,
+    `Plan.site`). Read them through `Plan.serving_of` and `Plan.host_reserved_gib_of`."""
 
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("serving", "predicted", "host_reserved_gib")
     name: str
     hardware: Hardware
-    serving: Serving
-    predicted: Predicted | None
-    host_reserved_gib: float  # per tray: its memory capacity less its allocatable (its site.host)
+    serving: Serving | None = None
+    predicted: Predicted | None = None
+    host_reserved_gib: float | None = None  # per tray: its memory capacity less allocatable
 
 
 class Fleet(Frozen):
-    """Hardware of a mixed fleet: groups of different systems; racks are numbered across it."""
+    """The plan's hardware: one group per system (a mixed fleet: groups of different systems,
+    racks numbered across them, compiler.ids)."""
 
     groups: list[FleetGroup]
 
@@ -460,7 +465,7 @@ class Plan(Frozen):
     apiVersion: str = PLAN_API
     kind: str = "Plan"
     inputs_digest: str
-    hardware: Hardware | Fleet
+    hardware: Fleet
     model: ModelInfo
     serving: Serving
     instances: list[Instance]
@@ -481,30 +486,37 @@ class Plan(Frozen):
     # lookups, indexed once per plan so that targets stay linear in its size
     @property
     def fleet(self) -> list[Hardware]:
-        """Each system's hardware: one, or a mixed fleet's groups in order."""
-        hw = self.hardware
-        return [g.hardware for g in hw.groups] if isinstance(hw, Fleet) else [hw]
+        """Each system's hardware, its groups in order (one for one system)."""
+        return [g.hardware for g in self.hardware.groups]
+
+    @property
+    def mixed(self) -> bool:
+        """A fleet of two groups or more (compiler.fleet)."""
+        return len(self.hardware.groups) > 1
 
     def hardware_of(self, tray_id: str) -> Hardware:
-        """The hardware (of its group, in a mixed fleet) a tray belongs to."""
-        return self._hardware_by_tray.get(tray_id, self.hardware)
+        """The hardware of the group a tray belongs to."""
+        return self._hardware_by_tray[tray_id]
+
+    def system_of(self, instance: Instance) -> Hardware:
+        """The hardware of the group that runs an instance (instances never straddle groups)."""
+        return self.hardware_of(instance.trays[0])
 
     def host_reserved_gib_of(self, hw: Hardware) -> float:
         """Host memory of each of `hw`'s trays that pods cannot have (a mixed fleet: the
         reserve of the group `hw` is, which its own tray DRAM sets)."""
-        group = self._group_by_tray.get(hw.trays[0].id) if hw.trays else None
-        return self.site.host_reserved_gib if group is None else group.host_reserved_gib
+        group = self._group_by_tray[hw.trays[0].id]
+        reserve = group.host_reserved_gib
+        return self.site.host_reserved_gib if reserve is None else reserve
 
     def serving_of(self, instance: Instance) -> Serving:
         """The serving settings of an instance's group (its system's engine backends)."""
-        group = self._group_by_tray.get(instance.trays[0])
-        return self.serving if group is None else group.serving
+        group = self._group_by_tray[instance.trays[0]]
+        return self.serving if group.serving is None else group.serving
 
     @cached_property
     def _group_by_tray(self) -> dict[str, FleetGroup]:
-        hw = self.hardware
-        groups = hw.groups if isinstance(hw, Fleet) else []
-        return {t.id: g for g in groups for t in g.hardware.trays}
+        return {t.id: g for g in self.hardware.groups for t in g.hardware.trays}
 
     @cached_property
     def _hardware_by_tray(self) -> dict[str, Hardware]:
@@ -596,7 +608,7 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
             if tray_of.setdefault(gpu, tray.id) != tray.id:
                 problems.append((("hardware", "trays", t, "gpus", k), "GPU ids unique",
                                  f"{gpu} a second time", EDITED))
-    groups = {g.name for g in plan.hardware.groups} if isinstance(plan.hardware, Fleet) else set()
+    groups = {g.name for g in plan.hardware.groups} if plan.mixed else set()
     ids: dict[str, int] = {}
     owner: dict[str, str] = {}
     for n, i in enumerate(plan.instances):

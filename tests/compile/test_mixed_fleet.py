@@ -9,7 +9,6 @@ import yaml
 
 from compiler import api, cli, fleet
 from compiler.ids import natural
-from compiler.plan import Fleet
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
 
@@ -72,9 +71,9 @@ def test_instances_stay_in_their_group_and_fit_its_system(case, request):
     result = request.getfixturevalue(case)
     plan = result.plan
     check_plan(plan)  # includes: no instance straddles groups, each names its group
-    assert isinstance(plan.hardware, Fleet) and len(plan.fleet) == 2
+    assert plan.mixed and len(plan.fleet) == 2
     for inst in plan.instances:
-        hw = plan.hardware_of(inst.trays[0])
+        hw = plan.system_of(inst)
         per_domain = hw.hbm_gib_per_gpu / hw.domains_per_gpu
         for gpu in inst.gpus:  # its memory map is its system's HBM
             for d in range(hw.domains_per_gpu):
@@ -260,3 +259,20 @@ def test_pinned_counts_on_one_group_are_placed_once(tmp_path):
     result = api.compile(_pinned(tmp_path, 1), only=("vllm",))
     assert sorted((i.role, i.shape) for i in result.plan.instances) == [
         ("decode", "DEP8"), ("prefill", "DEP8")]
+
+
+def test_a_one_system_plan_is_a_fleet_of_one_group():
+    """One shape of hardware for every plan: the accessors answer for one system as for a
+    mixed fleet, and the one group leaves serving and the prediction to the plan."""
+    from compiler.plan import load_plan
+
+    golden = ROOT / "tests" / "golden" / "hgx-h200-deepseek-v3" / "plan" / "plan.yaml"
+    plan = load_plan(golden.read_text())
+    [group] = plan.hardware.groups
+    assert not plan.mixed and group.name == "h200"
+    assert (group.serving, group.predicted, group.host_reserved_gib) == (None, None, None)
+    assert plan.hardware.system == group.hardware.system == "hgx-h200"
+    for inst in plan.instances:
+        assert plan.system_of(inst) is group.hardware and inst.group is None
+        assert plan.serving_of(inst) is plan.serving
+    assert plan.host_reserved_gib_of(group.hardware) == plan.site.host_reserved_gib
