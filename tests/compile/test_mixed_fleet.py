@@ -276,3 +276,38 @@ def test_a_one_system_plan_is_a_fleet_of_one_group():
         assert plan.system_of(inst) is group.hardware and inst.group is None
         assert plan.serving_of(inst) is plan.serving
     assert plan.host_reserved_gib_of(group.hardware) == plan.site.host_reserved_gib
+
+
+HGX_PAIR = """\
+apiVersion: rackc.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: hgx
+spec:
+  groups:
+    - name: h200
+      system: hgx-h200
+      nodes: 4
+    - name: b200
+      system: hgx-b200
+      nodes: 4
+"""
+PP = ROOT / "examples" / "hgx-h200-x4-deepseek-v3-128k-pp" / "deployment.yaml"
+
+
+def test_a_fleet_with_pipelined_prefill_gets_its_report(tmp_path):
+    """Review 3's F3: the report read the plan's hardware form, which a fleet has only per
+    group (exit 70). The PP example over H200 and B200 nodes, its pins (E211) made a search
+    of the same shapes: each group's pipelined prefill is described with its own links."""
+    (tmp_path / "cluster.yaml").write_text(HGX_PAIR)
+    text = re.sub(r"  objective:\n(    .*\n)+", "  objective:\n    mode: throughput\n"
+                  "    layout: disaggregated\n"
+                  "    shapes: {prefill: [TP8EP8PP2], decode: [TP8]}\n", PP.read_text())
+    assert "rack: cluster.yaml" in text and "mode: pinned" not in text
+    (tmp_path / "deployment.yaml").write_text(text)
+    result = api.compile(tmp_path / "deployment.yaml", only=("report",))
+    prefill = [i for i in result.plan.instances if i.role == "prefill"]
+    assert {i.group for i in prefill} == {"h200", "b200"} and all(i.pp == 2 for i in prefill)
+    report = result.artifacts["report/performance.md"]
+    for inst in prefill:
+        assert f"### {inst.id}: TP8EP8PP2, 2 pipeline stages" in report
