@@ -15,6 +15,7 @@ from typing import NamedTuple
 ROLES = ("prefill", "decode", "aggregated")
 _GPU = re.compile(r"^r(\d+)-t(\d+)-g(\d+)$")
 _TRAY = re.compile(r"^r(\d+)-t(\d+)$")
+_PART = re.compile(r"^r(\d+)(?:-t(\d+)(?:-g(\d+))?)?$")
 _INSTANCE = re.compile(r"^(prefill|decode|aggregated)-(\d{1,9})$")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -86,6 +87,16 @@ def parse_gpu(text: str) -> GpuId | None:
 def parse_tray(text: str) -> TrayId | None:
     m = _TRAY.match(text)
     return TrayId(int(m[1]), int(m[2])) if m else None
+
+
+def parse_part(text: str) -> tuple[int, int | None, int | None] | None:
+    """(rack, tray, GPU) of a rack `r3`, a tray `r3-t07` or a GPU `r3-t07-g2` (None for the
+    parts it does not name); None when it is none of them."""
+    m = _PART.match(text)
+    if not m:
+        return None
+    r, t, g = m.groups()
+    return int(r), None if t is None else int(t), None if g is None else int(g)
 
 
 def parse_instance(text: str) -> InstanceId | None:

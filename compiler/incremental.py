@@ -9,11 +9,10 @@ instance whatever its id.
 """
 
 import hashlib
-import re
 from dataclasses import replace
 
 from compiler import graph
-from compiler.ids import gpu_id, natural, next_numbers, parse_instance
+from compiler.ids import gpu_id, natural, next_numbers, parse_instance, parse_part
 from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
 from compiler.precheck import shape_fit_problem
@@ -23,8 +22,6 @@ from compiler.solve.counts import solve_counts
 from compiler.solve.problem import Kept
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.rack import Unavailable
-
-ID = re.compile(r"^r(\d+)(?:-t(\d+)(?:-g(\d+))?)?$")
 
 
 def _bad(got: str, expected: str, hint: str, flag: str = "--unavailable") -> CompileError:
@@ -39,11 +36,11 @@ def parse_ids(text: str, inputs: Inputs, flag: str = "--unavailable") -> list[st
     per = inputs.system.gpus_per_tray
     out: list[str] = []
     for item in (x.strip() for x in text.split(",")):
-        m = ID.match(item)
-        if not m:
+        part = parse_part(item)
+        if part is None:
             raise _bad(repr(item), "a GPU r0-t07-g2, a tray r0-t07 or a rack r3",
-                       "use the ids of plan.yaml (hardware.trays)", flag)
-        r, t, g = (int(x) if x is not None else None for x in m.groups())
+                       "use the ids of plan.yaml (its hardware.groups' trays)", flag)
+        r, t, g = part
         if r >= racks or (t is not None and t >= trays) or (g is not None and g >= per):
             raise _bad(repr(item), f"an id within r<0..{racks - 1}>-t<00..{trays - 1:02d}>-"
                        f"g<0..{per - 1}>", "the hardware has no such rack, tray or GPU", flag)

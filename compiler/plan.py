@@ -603,11 +603,12 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     used by no other instance and as many as its shape runs on."""
     problems = []
     tray_of: dict[str, str] = {}
-    for t, tray in enumerate(plan.hardware.trays):
-        for k, gpu in enumerate(tray.gpus):
-            if tray_of.setdefault(gpu, tray.id) != tray.id:
-                problems.append((("hardware", "trays", t, "gpus", k), "GPU ids unique",
-                                 f"{gpu} a second time", EDITED))
+    for n, group in enumerate(plan.hardware.groups):
+        for t, tray in enumerate(group.hardware.trays):
+            for k, gpu in enumerate(tray.gpus):
+                if tray_of.setdefault(gpu, tray.id) != tray.id:
+                    problems.append((("hardware", "groups", n, "hardware", "trays", t, "gpus", k),
+                                     "GPU ids unique", f"{gpu} a second time", EDITED))
     groups = {g.name for g in plan.hardware.groups} if plan.mixed else set()
     ids: dict[str, int] = {}
     owner: dict[str, str] = {}

@@ -40,3 +40,11 @@ def test_next_numbers_continue_after_every_role_used():
 def test_offsets_add_up_group_by_group():
     at = ids.Offsets().after(2, 2).after(1, 8)
     assert at == ids.Offsets(racks=3, nvlinks=10)
+
+
+def test_a_part_is_a_rack_a_tray_or_a_gpu():
+    assert ids.parse_part("r3") == (3, None, None)
+    assert ids.parse_part("r3-t07") == (3, 7, None)
+    assert ids.parse_part("r3-t07-g2") == (3, 7, 2)
+    for bad in ("t07", "r3-g2", "r3-t07-g2-d0", "r-1", ""):
+        assert ids.parse_part(bad) is None
