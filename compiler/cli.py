@@ -64,8 +64,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _pinned_warnings(path: Path) -> list[Diagnostic]:
     """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
-    `compile` report them; a layout the solver chooses is checked by `compile`."""
-    pinned, _ = _predict_pinned(path, "vllm")
+    `compile` report them; a layout the solver chooses is checked by `compile`, and so is
+    every mixed fleet's (pinned counts are refused there, E211)."""
+    from compiler.load import load_fleet
+    from compiler.pinned import predict_loaded
+
+    fleet = load_fleet(path, "vllm")
+    pinned = predict_loaded(fleet[0]) if len(fleet) == 1 else None
     return pinned[1] if pinned else []
 
 

@@ -311,3 +311,11 @@ def test_a_fleet_with_pipelined_prefill_gets_its_report(tmp_path):
     report = result.artifacts["report/performance.md"]
     for inst in prefill:
         assert f"### {inst.id}: TP8EP8PP2, 2 pipeline stages" in report
+
+
+def test_rackc_check_of_a_mixed_fleet_exits_0(capsys):
+    """`check` predicted pinned layouts through the one-system loader, which refuses a fleet
+    (E210): the mixed example's check ended in a traceback (exit 70)."""
+    assert cli.main(["check", str(MIXED)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok: gb300-nvl72 + vera-rubin-nvl72, 2 rack(s)")
