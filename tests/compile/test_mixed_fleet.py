@@ -319,3 +319,18 @@ def test_rackc_check_of_a_mixed_fleet_exits_0(capsys):
     assert cli.main(["check", str(MIXED)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ok: gb300-nvl72 + vera-rubin-nvl72, 2 rack(s)")
+
+
+def test_a_reserve_the_user_sets_settles_the_nccl_notice_of_every_group(mixed):
+    """preflight finds the reserve's decision under each group's name, as under the plain
+    path of a one-system plan."""
+    from compiler.preflight import notices
+
+    plan = mixed.plan
+    named = [d.path for d in plan.decisions if d.path.endswith(".memory.reserved_gib")]
+    assert named == ["groups.gb300-a.memory.reserved_gib", "groups.vr-a.memory.reserved_gib"]
+    assert [n for n in notices(plan) if n.path == "serving.gpu_reserve_gib"]
+    user = plan.model_copy(update={"decisions": [
+        d.model_copy(update={"source": "user"}) if d.path in named else d
+        for d in plan.decisions]})
+    assert not [n for n in notices(user) if n.path == "serving.gpu_reserve_gib"]
