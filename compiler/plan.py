@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
 from compiler.ids import gpu_of_domain, natural, parse_instance
+from compiler.names import dns_label
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.source import Document, checked_events, format_path, load_yaml_text
@@ -159,6 +160,7 @@ class Instance(OmitsOptional):
     pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
     stage_layers: list[int] = []  # decoder layers per stage, as vLLM splits them (with pp > 1)
     rank_groups: list[RankGroup] = []  # one per tray, in rank order (compiler.deploy)
+    workload: str = ""  # its Kubernetes workload's DNS label: DGD component, LWS (deploy)
 
 
 class DomainMemory(Frozen):
@@ -675,6 +677,9 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
             problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
                              ", ".join(i.trays) or "none", EDITED))
         problems += _rank_group_problems(plan, at, i, tray_of)
+        if i.workload != dns_label(i.id, i.shape):
+            problems.append(((*at, "workload"), f"{dns_label(i.id, i.shape)} (its id and shape)",
+                             repr(i.workload), EDITED))
     return problems
 
 

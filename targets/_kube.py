@@ -50,10 +50,10 @@ from kubernetes.client import (
 )
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Plan, Resources
 from targets import _mooncake
 from targets._components import Component
-from targets._names import dns_label
 from targets._site import cache_env
 from targets._topology import claims_channel
 from targets._yaml import dump_json, dump_yaml

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import yaml
 
+from compiler.names import DNS_LABEL, MAX_LABEL
 from compiler.plan import Plan, dump_plan, load_plan
 from targets import TARGETS
-from targets._names import DNS_LABEL, MAX_LABEL
 from targets._yaml import dump_documents, dump_yaml
 from tests.targets import emitted
 from tests.targets.fixtures import ALL_CASES, POOL_CASES, POOL_FREE
