@@ -64,8 +64,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _pinned_warnings(path: Path) -> list[Diagnostic]:
     """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
-    `compile` report them; a layout the solver chooses is checked by `compile`."""
-    pinned, _ = _predict_pinned(path, "vllm")
+    `compile` report them; a layout the solver chooses is checked by `compile`, and so is
+    every mixed fleet's (pinned counts are refused there, E211)."""
+    from compiler.load import load_fleet
+    from compiler.pinned import predict_loaded
+
+    fleet = load_fleet(path, "vllm")
+    pinned = predict_loaded(fleet[0]) if len(fleet) == 1 else None
     return pinned[1] if pinned else []
 
 
@@ -303,7 +308,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _report(exc.diagnostics)
         return exc.exit_code
     prefix = args.path or ""
-    rows = [d for d in plan.decisions if d.path == prefix or d.path.startswith(prefix)]
+    rows = [d for d in plan.decisions if _explains(d.path, prefix)]
     if not rows:
         _report([Diagnostic("error", "E702", display_name(Path(args.plan)), 0, 0, prefix,
                             "a decision path", repr(prefix),
@@ -312,6 +317,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for d in rows:
         print(f"{d.path} = {d.value}  [{d.source}]  {d.why}")
     return 0
+
+
+def _explains(path: str, prefix: str) -> bool:
+    """A decision at or below `prefix`; a mixed fleet's group setting
+    (`groups.<group>.<path>`, compiler.fleet) also by its path within the group."""
+    head, _, rest = path.partition(".")
+    within = rest.partition(".")[2] if head == "groups" else None
+    return path.startswith(prefix) or (within is not None and within.startswith(prefix))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

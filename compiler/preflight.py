@@ -6,9 +6,11 @@ under "Before you deploy". None of them stops a compile: the bundle is right, th
 supply its part.
 """
 
+import re
 from dataclasses import dataclass
 
 from compiler import catalog
+from compiler.ids import gpu_of_domain
 from compiler.plan import Plan
 
 
@@ -93,12 +95,15 @@ def _reserve_notices(plan: Plan) -> list[Notice]:
     AIConfigurator's per-GPU figure, not a measurement of groups spanning nodes (bundle review
     3, S3-11)."""
     spanning = [i for i in plan.instances if len(i.rank_groups) > 1]
-    source = next((d.source for d in plan.decisions if d.path == "memory.reserved_gib"), "")
+    # a mixed fleet names it per group (groups.<group>.memory.reserved_gib, compiler.fleet);
+    # every group's comes from the one deployment
+    source = next((d.source for d in plan.decisions
+                   if re.fullmatch(r"(groups\.[^.]+\.)?memory\.reserved_gib", d.path)), "")
     if not spanning or source == "user":
         return []
     widest = max(spanning, key=lambda i: len(i.gpus))
     reserved = sum(m.reserved_gib for name, m in plan.memory.items()
-                   if name.rsplit("-d", 1)[0] == widest.gpus[0])
+                   if gpu_of_domain(name) == widest.gpus[0])
     return [Notice(
         "serving.gpu_reserve_gib", "vllm",
         f"{len(spanning)} instance(s) span nodes ({widest.id}: {len(widest.gpus)} ranks): "
@@ -155,5 +160,5 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "one Dynamo frontend routes over every group's workers: it may pair one group's "
             "prefill with another's decode, while each group is solved and predicted on its own",
             "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
-            "the groups' network"))
+            "the groups' network (`rackc explain PLAN routing.groups`)"))
     return out

@@ -136,7 +136,7 @@ def node_selector(plan: Plan, component: Component) -> dict[str, str]:
     """The kubelet's own arch label and the labels the user says every node carries (of the
     component's group, in a mixed fleet); no label GPU Feature Discovery owns is guessed (pods
     are pinned by node name instead)."""
-    hw = plan.hardware_of(component.instances[0].trays[0])
+    hw = plan.system_of(component.instances[0])
     return {"kubernetes.io/arch": hw.arch, **hw.node_labels}
 
 

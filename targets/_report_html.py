@@ -5,7 +5,7 @@ decision, and the step breakdown."""
 
 from html import escape
 
-from compiler.plan import Fleet, Plan, Predicted
+from compiler.plan import Plan, Predicted
 from targets import _report_memory as memory
 from targets._report_curve import curve_svg
 from targets._report_rack import legend_html, rack_svg
@@ -139,9 +139,8 @@ def _decision(plan: Plan) -> list[str]:
 
 def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
     """(group, its prediction) per group of a mixed fleet; else (None, the plan's)."""
-    hw = plan.hardware
-    if isinstance(hw, Fleet):
-        return [(g.name, g.predicted) for g in hw.groups if g.predicted is not None]
+    if plan.mixed:
+        return [(g.name, g.predicted) for g in plan.hardware.groups if g.predicted is not None]
     return [(None, plan.predicted)]
 
 

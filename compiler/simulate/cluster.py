@@ -8,6 +8,7 @@ compiler.memory.gpu_budget: the same numbers `rackc predict` uses for the plan's
 from dataclasses import dataclass
 
 from compiler import arch
+from compiler.ids import gpu_of_domain, tray_of_gpu
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
 from compiler.perf import comm
@@ -98,7 +99,7 @@ def build_cluster(inputs: Inputs, plan: Plan, w: Workload) -> Cluster:
     per_token = arch.kv_bytes_per_token(inputs.model.spec, r.kv_cache_dtype.value)
     segments = ()
     if plan.kv_pool.enabled:
-        segments = tuple(Segment(s.location, s.location.rsplit("-g", 1)[0]
+        segments = tuple(Segment(s.location, tray_of_gpu(gpu_of_domain(s.location))
                                  if s.kind == "hbm" else s.location,
                                  int(s.gib * arch.GIB / per_token))
                          for s in plan.kv_pool.segments)

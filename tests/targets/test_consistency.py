@@ -235,7 +235,7 @@ def test_claims_reference_a_compute_domain_of_the_bundle(case):
         claimed = {c["resourceClaimTemplateName"] for d in docs for c in _claims(d)}
         assert claimed == templates
         plan = plan_of(case)
-        assert bool(templates) == any(plan.hardware_of(i.trays[0]).form == "nvl72"
+        assert bool(templates) == any(plan.system_of(i).form == "nvl72"
                                       and len(i.trays) > 1 for i in plan.instances)
 
 
