@@ -23,7 +23,8 @@ RETRIES = 1  # a request cut by a fault is issued again once, then reported lost
 
 @dataclass
 class Outcome:
-    """Per request (indexed as the workload) and per run: what `report` summarises."""
+    """Per request (indexed as the workload) and per run: what `report` summarises. The
+    per-request columns are numpy arrays once the run has finished."""
 
     issued_us: np.ndarray
     first_us: np.ndarray
@@ -68,13 +69,15 @@ class Simulation:
         self.heap: list = []
         self.seq = 0
         self.settled = 0  # requests finished or lost
-        self.out = Outcome(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
-                           np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int8),
-                           np.zeros(n, dtype=np.int8))
+        # per-request columns as lists while the run goes (a list's item is several times
+        # cheaper to read and set than a numpy array's); `_finish_stats` makes them arrays
+        nan = float("nan")
+        self.out = Outcome([nan] * n, [nan] * n, [nan] * n, [0] * n, [0] * n, [0] * n)
         self.next_of = _next_of_client(reqs.client).tolist()
         self.open_loop = (reqs.client < 0).tolist()
         self.open_next = 0
-        self.open_order = np.flatnonzero(reqs.client < 0)
+        self.open_order = np.flatnonzero(reqs.client < 0).tolist()
+        self.arrival = reqs.arrival_us.tolist()
         self._route_lists()
 
     def _warm(self, reqs: Requests) -> None:
@@ -116,15 +119,16 @@ class Simulation:
 
     def _push_open(self) -> None:
         if self.open_next < len(self.open_order):
-            i = int(self.open_order[self.open_next])
+            i = self.open_order[self.open_next]
             self.open_next += 1
-            self.push(float(self.w.arrival_us[i]), ISSUE, i)
+            self.push(self.arrival[i], ISSUE, i)
 
     def _issue(self, i: int, now: float) -> None:
         if self.open_loop[i]:
             self._push_open()
-        if np.isnan(self.out.issued_us[i]):
-            self.out.issued_us[i] = now
+        issued = self.out.issued_us
+        if issued[i] != issued[i]:  # NaN: its first issue (a retry keeps the first time)
+            issued[i] = now
         c = self.cols
         r = Req(i, c[0][i], c[1][i], c[2][i], c[3][i], c[4][i], c[5][i])
         rank = self.router.prefill(r, self.prefill_ranks, self.pool)
@@ -174,7 +178,7 @@ class Simulation:
         us = inst.plan()
         first = self.out.first_us
         for r in inst.admitted:
-            if np.isnan(first[r.i]):
+            if first[r.i] != first[r.i]:  # NaN: not yet
                 first[r.i] = now
         inst.busy = us > 0
         if inst.busy:
@@ -208,7 +212,6 @@ class Simulation:
                 rank.join_running(r, inst.step)
         for r in done:
             self._complete(r, now)
-        self.out.preemptions = sum(x.preemptions for x in self.insts)
         self._start(inst, now)
 
     def _hand_off(self, r: Req, src: Rank, now: float) -> None:
@@ -277,7 +280,7 @@ class Simulation:
         r.rank = None
         if self.out.retries[r.i] < RETRIES:
             self.out.retries[r.i] += 1
-            self.out.first_us[r.i] = np.nan
+            self.out.first_us[r.i] = float("nan")
             self.push(now, ISSUE, r.i)
         else:
             self._settle(r, now, 1)
@@ -331,6 +334,10 @@ class Simulation:
 
     def _finish_stats(self) -> None:
         out = self.out
+        out.issued_us, out.first_us, out.done_us = (
+            np.array(x, dtype=float) for x in (out.issued_us, out.first_us, out.done_us))
+        out.cached = np.array(out.cached, dtype=np.int64)
+        out.lost, out.retries = (np.array(x, dtype=np.int8) for x in (out.lost, out.retries))
         out.preemptions = sum(x.preemptions for x in self.insts)
         for inst in self.insts:
             inst.close()
