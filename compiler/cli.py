@@ -253,23 +253,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
     what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
     for c in k["calibration"]:
         print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
-    sim = p.get("simulated")
-    if sim:
-        _print_simulated(sim)
+    if pinned[0].simulated is not None:
+        _print_simulated(pinned[0])
     return 0
 
 
-def _print_simulated(sim: dict) -> None:
-    print(f"simulated ({sim['requests']} requests, {sim['workload']}, routing "
-          f"{sim['policy']}, seed {sim['seed']}):")
-    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-        q = sim[key]
-        print(f"  {key}: P50 {q['p50']}, P90 {q['p90']}, P99 {q['p99']}")
-    print(f"  requests_per_s: {sim['requests_per_s']}, prefix_hit_rate: "
-          f"{sim['prefix_hit_rate']}")
-    if sim["disagrees"]:
-        print("  more than 10% from the closed form: " + ", ".join(sim["disagrees"])
-              + " (docs/simulate.md says why)")
+def _print_simulated(predicted) -> None:
+    """The compile-time simulated run beside the closed form, a row per figure."""
+    from compiler.simulate.compare import WHY, rows
+
+    sim = predicted.simulated
+    print(f"simulated ({sim.requests} requests, {sim.workload}, routing {sim.policy}, "
+          f"seed {sim.seed}) beside the closed form:")
+    table = rows(predicted)
+    width = max(len(r.label) for r in table)
+    print(f"  {'':<{width}}  {'simulated':>10}  {'closed':>10}")
+    for r in table:
+        closed = "" if r.closed is None else f"{r.closed:g}"
+        value = "" if r.simulated is None else f"{r.simulated:g}"
+        flag = "  disagree (>10%)" if r.disagrees else ""
+        print(f"  {r.label:<{width}}  {value:>10}  {closed:>10}{flag}".rstrip())
+    if sim.disagrees:
+        print(f"  {WHY}")
 
 
 def _predict_pinned(path: Path, kernels: str) -> tuple:

@@ -1,0 +1,50 @@
+"""The simulated figures of a plan (`predicted.simulated`) beside the closed-form ones, row by
+row: what `rackc predict` prints and the report shows, in one place. Whether a row disagrees
+is the compile-time run's own verdict (`Simulated.disagrees`, more than
+`runner.DISAGREE_SHARE` apart)."""
+
+from dataclasses import dataclass
+
+from compiler.plan import Predicted
+
+# (label, simulated field, its percentile or None, the closed-form field or None)
+ROWS = (("TTFT P50 (ms)", "ttft_ms", "p50", "ttft_ms_p50"),
+        ("TTFT P90 (ms)", "ttft_ms", "p90", "ttft_ms_p90"),
+        ("TTFT P99 (ms)", "ttft_ms", "p99", None),
+        ("TPOT P50 (ms)", "tpot_ms", "p50", "tpot_ms_p50"),
+        ("TPOT P90 (ms)", "tpot_ms", "p90", None),
+        ("ITL P50 (ms)", "itl_ms", "p50", None),
+        ("ITL P99 (ms)", "itl_ms", "p99", None),
+        ("E2E P50 (ms)", "e2e_ms", "p50", None),
+        ("E2E P99 (ms)", "e2e_ms", "p99", None),
+        ("tokens/s per user P50", "tokens_per_s_per_user_p50", None,
+         "tokens_per_s_per_user_p50"),
+        ("tokens/s per user P90", "tokens_per_s_per_user_p90", None,
+         "tokens_per_s_per_user_p90"),
+        ("requests/s", "requests_per_s", None, "requests_per_s"),
+        ("prefix hit rate", "prefix_hit_rate", None, "prefix_hit_rate"))
+
+WHY = ("where they disagree the simulation holds what the closed form averages or bounds away "
+       "(queues of whole requests rather than M/M/1 over full chunks, DP ranks stepping in "
+       "lockstep, each request decoding on its own rank rather than at the slowest group's "
+       "step, KV loads and hand-offs on shared links, a short run's warm-up); "
+       "docs/simulate.md says why for each figure")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    simulated: float | None
+    closed: float | None  # None: the closed form has no such figure
+    disagrees: bool
+
+
+def rows(p: Predicted) -> list[Row]:
+    """The side-by-side rows of a prediction with a simulated run (empty without one)."""
+    s = p.simulated
+    if s is None:
+        return []
+    sim, closed = s.model_dump(mode="json"), p.model_dump(mode="json")
+    return [Row(label, sim[key][q] if q else sim[key],
+                closed.get(closed_key) if closed_key else None, closed_key in s.disagrees)
+            for label, key, q, closed_key in ROWS]
