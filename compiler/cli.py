@@ -340,6 +340,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trace = Path(args.trace) if args.trace else None
     opts = Options(profile=args.workload, trace=trace,
                    trace_name=display_name(trace) if trace else "",
+                   **({"trace_block_size": args.trace_block_size}
+                      if args.trace_block_size else {}),
                    requests=args.requests, seed=args.seed,
                    policies=tuple(p for p in (args.policy or "").split(",") if p),
                    faults=tuple(f for spec in args.fail or [] for f in spec.split(",") if f),
@@ -458,6 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="generator (default: closed loop at the workload's concurrency, or "
                           "Poisson at the plan's predicted rate in throughput mode)")
     src.add_argument("--trace", metavar="FILE.jsonl", help="requests from a JSON Lines trace")
+    sim.add_argument("--trace-block-size", type=_positive_int, metavar="TOKENS",
+                     help="tokens per block of a trace's hash_ids (default: 512, Mooncake's)")
     sim.add_argument("--requests", type=_positive_int, default=10_000)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--rate", type=_positive_float,

@@ -85,7 +85,7 @@ class Simulation:
         the pool already (as its earlier turns would have left it), as far as it fits."""
         _, first = np.unique(reqs.parent, return_index=True)
         for i in np.sort(first):
-            if reqs.reuse[i] > 0:
+            if reqs.reuse[i] > 0 and (reqs.warm is None or reqs.warm[i]):
                 self.pool.put(int(reqs.parent[i]), int(reqs.reuse[i]))
 
     # -- events ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from compiler.simulate import report
 from compiler.simulate.cluster import build_cluster
 from compiler.simulate.engine import Outcome, Simulation
 from compiler.simulate.faults import parse_faults
-from compiler.simulate.workload import Requests, generate, read_trace
+from compiler.simulate.workload import TRACE_BLOCK_SIZE, Requests, generate, read_trace
 
 if TYPE_CHECKING:
     from compiler.plan import Simulated
@@ -27,6 +27,7 @@ class Options:
     # at the plan's predicted rate when the deployment states none (throughput mode)
     trace: Path | None = None
     trace_name: str = ""
+    trace_block_size: int = TRACE_BLOCK_SIZE  # tokens per hash block of the trace's hash_ids
     requests: int = 10_000
     seed: int = 0
     policies: tuple[str, ...] = ()  # empty: the plan's routing policy
@@ -52,7 +53,7 @@ def slo_of(inputs: Inputs) -> dict[str, float]:
 def requests_for(inputs: Inputs, plan: Plan, opts: Options) -> Requests:
     max_len = plan.serving.max_model_len
     if opts.trace is not None:
-        return read_trace(opts.trace, opts.trace_name, max_len)
+        return read_trace(opts.trace, opts.trace_name, max_len, opts.trace_block_size)
     w = plan_workload(inputs)
     profile = opts.profile
     if profile is None:
