@@ -164,7 +164,7 @@ class Simulation:
         self._enqueue(rank, r, now)
 
     def _enqueue(self, rank: Rank, r: Req, now: float) -> None:
-        if r.isl + r.osl > rank.inst.info.kv_tokens and rank.inst.info.role != "prefill":
+        if rank.inst.info.role != "prefill" and rank.inst.never_fits(r):
             self._settle(r, now, 2)
             return
         rank.enqueue(r)
@@ -238,7 +238,7 @@ class Simulation:
             rank.waiting_tokens -= r.base
             self._retry(r, now)
             return
-        if r.isl + r.osl > rank.inst.info.kv_tokens:  # vLLM refuses what can never fit
+        if rank.inst.never_fits(r):  # vLLM refuses what can never fit
             rank.waiting_tokens -= r.base
             self._settle(r, now, 2)
             return
