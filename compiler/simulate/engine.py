@@ -59,8 +59,8 @@ class Simulation:
                                           reqs.parent, self.steps)]
         self.think = reqs.think_us.tolist()
         self.insts = [Instance(i, i.kv_tokens, cluster.block_size) for i in cluster.instances]
-        self.pool = Pool([PoolSegment(s.tray, PrefixCache(s.tokens)) for s in cluster.segments]) \
-            if cluster.segments else None
+        self.pool = Pool([PoolSegment(s.tray, PrefixCache(s.tokens), system=s.system)
+                          for s in cluster.segments]) if cluster.segments else None
         if self.pool is not None:
             self._warm(reqs)
         self.links = Links()
@@ -145,8 +145,8 @@ class Simulation:
         if pooled > local:  # load the rest of the prefix from the pool over RDMA
             info = rank.inst.info
             gpu = info.ranks[rank.index].gpus[0]
-            us = self.c.transfer_us((pooled - local) * info.kv_token_bytes, "rdma")
-            seg_us = us / max(1, self.c.rdma_devices_per_tray)
+            us = self.c.transfer_us((pooled - local) * info.kv_token_bytes, "rdma", info.system)
+            seg_us = us / max(1, self.c.rdma_devices(self.pool.system_of(tray)))
             t0 = now + POOL_LOOKUP_US
             end = max(self.links.reserve((f"pool:{tray}",), t0, seg_us),
                       self.links.reserve((f"nic:{gpu}",), t0, us))
@@ -224,7 +224,7 @@ class Simulation:
         a = src.inst.info.ranks[src.index]
         b = dst.inst.info.ranks[dst.index]
         kind = "nvlink" if a.domain == b.domain else "rdma"
-        us = self.c.transfer_us(r.isl * src.inst.info.kv_token_bytes, kind)
+        us = self.c.transfer_us(r.isl * src.inst.info.kv_token_bytes, kind, src.inst.info.system)
         tag = "nvl" if kind == "nvlink" else "nic"
         end = self.links.reserve((f"{tag}-out:{a.gpus[0]}", f"{tag}-in:{b.gpus[0]}"), now, us)
         r.rank = dst

@@ -54,6 +54,7 @@ class PoolSegment:
     tray: str
     cache: PrefixCache
     alive: bool = True
+    system: str = ""  # its tray's system (a mixed fleet's trays differ)
 
 
 @dataclass
@@ -65,9 +66,11 @@ class Pool:
     segments: list[PoolSegment]
     where: dict[int, int] = field(default_factory=dict)  # session -> segment index
     live: list[int] = field(default_factory=list)
+    systems: dict[str, str] = field(default_factory=dict)  # tray -> its system
 
     def __post_init__(self) -> None:
         self.live = [i for i, s in enumerate(self.segments) if s.alive]
+        self.systems = {s.tray: s.system for s in self.segments}
         for s in self.segments:
             s.cache.track = True
 
@@ -90,6 +93,9 @@ class Pool:
             del self.where[key]
             return 0, None
         return got, seg.tray
+
+    def system_of(self, tray: str) -> str:
+        return self.systems.get(tray, "")
 
     def peek(self, key: int, want: int) -> int:
         i = self.where.get(key)
