@@ -260,7 +260,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _print_simulated(predicted) -> None:
     """The compile-time simulated run beside the closed form, a row per figure."""
-    from compiler.simulate.compare import WHY, rows
+    from compiler.simulate.compare import WHY, rows, start_up
 
     sim = predicted.simulated
     print(f"simulated ({sim.requests} requests, {sim.workload}, routing {sim.policy}, "
@@ -275,6 +275,9 @@ def _print_simulated(predicted) -> None:
         print(f"  {r.label:<{width}}  {value:>10}  {closed:>10}{flag}".rstrip())
     if sim.disagrees:
         print(f"  {WHY}")
+    short = start_up(predicted)
+    if short:
+        print(f"  {short}")
 
 
 def _predict_pinned(path: Path, kernels: str) -> tuple:

@@ -5,7 +5,7 @@ report/performance.md and report/index.html (the rows: compiler.simulate.compare
 from html import escape
 
 from compiler.plan import Plan
-from compiler.simulate.compare import WHY, rows
+from compiler.simulate.compare import WHY, rows, start_up
 
 
 def _caption(plan: Plan) -> str:
@@ -25,6 +25,9 @@ def simulated_md(plan: Plan) -> list[str]:
               f"{'yes' if r.disagrees else ''} |" for r in table]
     if p.simulated.disagrees:
         lines += ["", WHY[0].upper() + WHY[1:] + "."]
+    short = start_up(p)
+    if short:
+        lines += ["", short[0].upper() + short[1:] + "."]
     return lines
 
 
@@ -44,6 +47,9 @@ def simulated_html(plan: Plan) -> list[str]:
     else:
         out.append('<div class="ok">The simulation agrees with the closed form within 10% on '
                    "every figure both give.</div>")
+    short = start_up(p)
+    if short:
+        out.append(f'<div class="warn"><b>A short run</b>: {escape(short)}.</div>')
     body = ["<table><thead><tr><th>metric</th><th>simulated</th><th>closed form</th>"
             "<th>disagree (&gt;10%)</th></tr></thead><tbody>"]
     for r in table:

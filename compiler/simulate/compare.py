@@ -3,9 +3,14 @@ row: what `rackc predict` prints and the report shows, in one place. Whether a r
 is the compile-time run's own verdict (`Simulated.disagrees`, more than
 `runner.DISAGREE_SHARE` apart)."""
 
+import math
 from dataclasses import dataclass
 
 from compiler.plan import Predicted
+from compiler.simulate.report import WARM_SHARE
+
+TURNOVERS = math.ceil(1 / WARM_SHARE)  # a run this many times what is in flight skips a whole
+# turnover as warm-up, so its steady state starts with the decode batches full
 
 # (label, simulated field, its percentile or None, the closed-form field or None)
 ROWS = (("TTFT P50 (ms)", "ttft_ms", "p50", "ttft_ms_p50"),
@@ -48,3 +53,23 @@ def rows(p: Predicted) -> list[Row]:
     return [Row(label, sim[key][q] if q else sim[key],
                 closed.get(closed_key) if closed_key else None, closed_key in s.disagrees)
             for label, key, q, closed_key in ROWS]
+
+
+def start_up(p: Predicted) -> str | None:
+    """Why a simulated run's figures still hold its start-up, or None when they do not: a run
+    shorter than TURNOVERS times the requests in flight (Little's law: the closed form's
+    request rate times the simulated median latency) counts its steady state while the decode
+    batches still fill, so its requests/s and TPOT read low. (On the Vera Rubin example, 1,500
+    Poisson requests give 737 requests/s and a 1.90 ms TPOT where 30,000 give 1,737 and 2.33;
+    the closed form: 1,758.6 and 2.32.)"""
+    s = p.simulated
+    if s is None or s.e2e_ms.p50 is None:
+        return None
+    in_flight = p.requests_per_s * s.e2e_ms.p50 / 1e3
+    if s.requests >= TURNOVERS * in_flight:
+        return None
+    need = 1000 * math.ceil(TURNOVERS * in_flight / 1000)
+    return (f"the run ({s.requests} requests) is shorter than {TURNOVERS} turnovers of the "
+            f"about {round(in_flight)} requests in flight at the closed form's rate, so its "
+            f"figures still hold the start-up (decode batches filling: requests/s and TPOT "
+            f"read low); `rackc simulate --requests {need}` gives the steady state")

@@ -5,7 +5,7 @@ import json
 
 from compiler.cli import main
 from compiler.plan import Percentiles, Plan, Simulated
-from compiler.simulate.compare import rows
+from compiler.simulate.compare import TURNOVERS, rows, start_up
 from targets.report import emit
 from tests.simulate.test_cli import DEP
 from tests.targets.fixtures import EXAMPLE_CASES
@@ -13,11 +13,11 @@ from tests.targets.fixtures import EXAMPLE_CASES
 CASE = "vr-nvl72-deepseek-v4.1-flash"
 
 
-def _with_sim(plan: Plan, disagrees: list[str]) -> Plan:
+def _with_sim(plan: Plan, disagrees: list[str], requests: int = 10**7) -> Plan:
     """The plan with a simulated run whose figures equal the closed form's, but for TPOT."""
     p = plan.predicted
     q = Percentiles(p50=1.0, p90=2.0, p99=3.0)
-    sim = Simulated(requests=100, seed=0, workload="closed", policy="kv",
+    sim = Simulated(requests=requests, seed=0, workload="closed", policy="kv",
                     ttft_ms=Percentiles(p50=p.ttft_ms_p50, p90=p.ttft_ms_p90, p99=9e3),
                     tpot_ms=Percentiles(p50=p.tpot_ms_p50 * 2, p90=1.0, p99=1.0), itl_ms=q,
                     e2e_ms=q, tokens_per_s_per_user_p50=p.tokens_per_s_per_user_p50,
@@ -61,3 +61,19 @@ def test_predict_prints_the_simulation_beside_the_closed_form(capsys):
     assert {"ttft_ms", "tpot_ms", "disagrees"} <= set(sim)
     flagged = [ln for ln in text[head:].splitlines() if ln.endswith("disagree (>10%)")]
     assert len(flagged) == len(sim["disagrees"])
+
+
+def test_a_run_shorter_than_its_turnovers_says_its_figures_hold_the_start_up():
+    base = EXAMPLE_CASES[CASE]()
+    p = _with_sim(base, []).predicted  # e2e P50 1 ms: about requests_per_s / 1000 in flight
+    in_flight = p.requests_per_s * 1.0 / 1e3
+    long = _with_sim(base, [], requests=int(TURNOVERS * in_flight) + 1)
+    short = _with_sim(base, [], requests=int(TURNOVERS * in_flight) - 1)
+    assert start_up(long.predicted) is None
+    note = start_up(short.predicted)
+    assert note and f"about {round(in_flight)} requests in flight" in note
+    assert "A short run" in emit(short)["report/index.html"]
+    assert "A short run" not in emit(long)["report/index.html"]
+    assert "still hold the start-up" in emit(short)["report/performance.md"]
+    # the example's own compile-time run (1,500 requests at its planned rate) is one
+    assert start_up(base.predicted) is not None
