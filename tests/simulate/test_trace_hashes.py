@@ -106,3 +106,13 @@ def test_shared_blocks_are_read_from_the_caches(tmp_path: Path, capsys):
     assert without["prefix_hit_rate"] == 0
     # 7 of 8 blocks shared once the first request's prefill has stored them
     assert 0.5 < with_hashes["prefix_hit_rate"] <= 7 * 512 / 4096
+
+
+def test_the_block_size_comes_from_the_command_line(tmp_path: Path, capsys):
+    lines = [{"arrival_s": 0.01 * k, "input_tokens": 4096, "output_tokens": 16,
+              "hash_ids": [0, 1, 2, 3, 4, 5, 6, 100 + k]} for k in range(60)]
+    trace = _write(tmp_path, lines)
+    assert main(["simulate", PLAN, "--deployment", DEP, "--trace", str(trace),
+                 "--trace-block-size", "256", "--format", "json"]) == 0
+    hit = json.loads(capsys.readouterr().out)["policies"]["kv"]["prefix_hit_rate"]
+    assert 0.3 < hit <= 7 * 256 / 4096  # 7 shared blocks of 256 tokens, not of 512
