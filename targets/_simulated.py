@@ -36,9 +36,10 @@ def simulated_html(plan: Plan) -> list[str]:
     p = plan.predicted
     table = rows(p) if p is not None else []
     if not table:
-        return ["<p>No simulated run is recorded in this plan (a pinned prediction, or a plan "
-                "the simulator does not take); <code>rackc simulate OUT/plan.yaml "
-                "--deployment DEP</code> runs one.</p>"]
+        return ["<p>No simulated run is recorded for the plan as a whole (a pinned "
+                "prediction has none; a mixed fleet's compile records one per group, in "
+                "<code>hardware.groups[].predicted.simulated</code>); <code>rackc simulate "
+                "OUT/plan.yaml --deployment DEP</code> runs one over all of it.</p>"]
     out = [f"<p>{escape(_caption(plan))}</p>"]
     gone = [r.label for r in table if r.disagrees]
     if gone:
