@@ -282,25 +282,26 @@ def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
     """`rackc simulate`: replay a workload against the plan compiled from `deployment`
     (compiler.simulate); metrics per routing policy beside the plan's closed-form ones.
     Raises CompileError (exit 2) on a plan of other inputs, a bad trace, policy or fault."""
-    from compiler.load import load_inputs
     from compiler.simulate.router import POLICIES
     from compiler.simulate.runner import simulate as run
 
     plan = read_plan(plan_path)
-    inputs = load_inputs(deployment)
-    if plan.mixed or inputs.resolved.digest != plan.inputs_digest:
+    fleet = load_fleet(deployment)
+    inputs = fleet[0]
+    systems = sorted(h.system for h in plan.fleet)
+    if inputs.resolved.digest != plan.inputs_digest \
+            or systems != sorted(i.system.name for i in fleet):
         raise CompileError([Diagnostic(
             "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
-            f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
-            "a mixed fleet's plan" if plan.mixed
-            else f"a plan of other inputs ({plan.inputs_digest[:12]})",
+            f"the plan `rackc compile {display_name(deployment)}` writes",
+            f"a plan of other inputs ({plan.inputs_digest[:12]})",
             "recompile, or pass the deployment this plan was compiled from")])
     bad = [p for p in opts.policies if p not in POLICIES]
     if bad:
         raise CompileError([Diagnostic("error", "E753", "<argument>", 0, 0, "--policy",
                                        " | ".join(POLICIES), repr(bad[0]),
                                        did_you_mean(bad[0], POLICIES))])
-    results, outcomes = run(inputs, plan, opts)
+    results, outcomes = run(inputs, plan, opts, fleet if plan.mixed else ())
     closed = plan.predicted.model_dump(mode="json", include=set(CLOSED_FORM_KEYS)) \
         if plan.predicted else None
     return {"results": results, "outcomes": outcomes, "closed_form": closed}

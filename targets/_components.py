@@ -65,6 +65,6 @@ def components(plan: Plan) -> tuple[Component, ...]:
             raise TargetError(f"instances {[i.id for i in instances]} ({k.role} {k.shape}) span "
                               f"different numbers of trays or GPUs per tray")
         node_names = sorted({plan.tray(t).node_name for i in instances for t in i.trays})
-        out.append(Component(instances[0].workload, k.role, k.shape, k.domain, instances, nodes.pop(),
-                             per_node.pop(), tuple(node_names)))
+        out.append(Component(instances[0].workload, k.role, k.shape, k.domain, instances,
+                             nodes.pop(), per_node.pop(), tuple(node_names)))
     return tuple(out)
