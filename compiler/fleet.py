@@ -195,11 +195,12 @@ def _decisions(names: list[str], plans: list[Plan]) -> list[Decision]:
     return sorted([*out, ROUTING], key=lambda d: d.path)
 
 
-# Cross-group P/D is neither planned nor routed per group: the fleet's one router may pair
-# them, and the plan says so (compiler.preflight warns with the same words).
+# Each group is routed on its own: targets/dynamo.py emits a graph per group, whose frontend
+# discovers only that group's workers (compiler.preflight says how to split traffic).
 ROUTING = Decision(
-    path="routing.groups", value="one router over every group", source="rule:mixed-fleet",
-    why="each group is solved and predicted with its own prefill and decode instances, but "
-        "one frontend and router serve every group's: a request may be prefilled in one "
-        "group and decoded in another (its KV crossing the groups' network), which the "
-        "prediction does not cover")
+    path="routing.groups", value="one frontend and router per group", source="rule:mixed-fleet",
+    why="each group is solved and predicted with its own prefill and decode instances, so each "
+        "is served by its own: the Dynamo operator gives every DynamoGraphDeployment its own "
+        "Dynamo namespace (deploy/operator/internal/dynamo/graph.go GetDynamoNamespace), and "
+        "rackc emits one graph per group, so no request is prefilled in one group and decoded "
+        "in another")

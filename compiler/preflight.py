@@ -154,11 +154,13 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             f"{site.model_cache.mount_path}",
             "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
             "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
-    if len(plan.fleet) > 1:
+    if plan.mixed:
+        shares = ", ".join(f"{g.name} {g.predicted.requests_per_s:g} requests/s"
+                           for g in plan.hardware.groups if g.predicted)
         out.append(Notice(
             "cluster", "k8s",
-            "one Dynamo frontend routes over every group's workers: it may pair one group's "
-            "prefill with another's decode, while each group is solved and predicted on its own",
-            "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
-            "the groups' network (`rackc explain PLAN routing.groups`)"))
+            "each group has its own Dynamo graph and frontend (`rackc explain PLAN "
+            "routing.groups`): requests are routed within the group whose frontend they reach",
+            f"split traffic over the groups' frontend Services in proportion to what each is "
+            f"predicted to sustain ({shares})"))
     return out

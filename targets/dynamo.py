@@ -23,7 +23,7 @@ from targets import _kube
 from targets._components import Component, components
 from targets._engine import engine_args, engine_env
 from targets._errors import TargetError
-from targets._yaml import compact_json, dump_yaml
+from targets._yaml import compact_json, dump_documents
 
 # vLLM publishes KV events here for the router (Dynamo's KV-routing recipes); DP ranks offset it.
 KV_EVENTS_ENDPOINT = "tcp://*:20080"
@@ -125,22 +125,33 @@ def worker_component(plan: Plan, component: Component) -> dict:
     return out
 
 
-def graph_deployment(plan: Plan) -> dict:
+def graph_deployments(plan: Plan) -> list[dict]:
+    """One graph per fleet group. The operator gives each DynamoGraphDeployment its own Dynamo
+    namespace, `<Kubernetes namespace>-<graph name>` (deploy/operator/internal/dynamo/graph.go
+    GetDynamoNamespace -> ComputeDynamoNamespace), in which its frontend discovers workers: a
+    mixed fleet's groups are routed each by its own frontend, so every prefill/decode pair stays
+    in the group that was solved and predicted with it (`routing.groups`)."""
     comps = components(plan)
-    return {
-        "apiVersion": "nvidia.com/v1beta1",
-        "kind": "DynamoGraphDeployment",
-        "metadata": _kube.to_dict(_kube.metadata(plan, dns_label(plan.serving.name))),
-        "spec": {
-            "backendFramework": "vllm",
-            "components": [frontend_component(plan),
-                           *(worker_component(plan, c) for c in comps)],
-        },
-    }
+    groups = [g.name for g in plan.hardware.groups] if plan.mixed else [None]
+    out = []
+    for group in groups:
+        mine = [c for c in comps if group is None or c.instances[0].group == group]
+        name = dns_label(plan.serving.name, group or "")
+        out.append({
+            "apiVersion": "nvidia.com/v1beta1",
+            "kind": "DynamoGraphDeployment",
+            "metadata": _kube.to_dict(_kube.metadata(plan, name)),
+            "spec": {
+                "backendFramework": "vllm",
+                "components": [frontend_component(plan),
+                               *(worker_component(plan, c) for c in mine)],
+            },
+        })
+    return out
 
 
 def emit(plan: Plan) -> dict[str, str]:
     """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
     if plan.site.engines["dynamo"].refused:
         return {}
-    return {"dynamo/dgd.yaml": dump_yaml(graph_deployment(plan))}
+    return {"dynamo/dgd.yaml": dump_documents(graph_deployments(plan))}

@@ -88,12 +88,21 @@ def test_instances_stay_in_their_group_and_fit_its_system(case, request):
     assert len({i.id for i in plan.instances}) == len(plan.instances)
 
 
-def test_the_router_and_the_pool_span_the_fleet(mixed):
+def test_each_group_has_its_own_router_and_the_pool_spans_the_fleet(mixed):
+    """One DynamoGraphDeployment per group (the operator gives each its own Dynamo namespace):
+    a frontend that routes only over its group's workers, so no P/D pair crosses groups."""
     plan, artifacts = mixed.plan, mixed.artifacts
-    dgd = yaml.safe_load(artifacts["dynamo/dgd.yaml"])
-    comps = dgd["spec"]["components"]
-    assert [c["type"] for c in comps].count("frontend") == 1
-    assert sum(c["replicas"] for c in comps if c["type"] != "frontend") == len(plan.instances)
+    graphs = list(yaml.safe_load_all(artifacts["dynamo/dgd.yaml"]))
+    assert len(graphs) == len(plan.hardware.groups) == 2
+    by_workload = {i.workload: i for i in plan.instances}
+    for graph, group in zip(graphs, sorted(g.name for g in plan.hardware.groups), strict=True):
+        assert graph["metadata"]["name"].endswith(group)
+        comps = graph["spec"]["components"]
+        assert [c["type"] for c in comps].count("frontend") == 1
+        assert {by_workload[c["name"]].group for c in comps if c["type"] != "frontend"} \
+            == {group}
+    workers = [c for g in graphs for c in g["spec"]["components"] if c["type"] != "frontend"]
+    assert sum(c["replicas"] for c in workers) == len(plan.instances)
     pool_trays = {s.location.split("-")[0] for s in plan.kv_pool.segments}
     assert pool_trays == {"r0", "r1"}
     clients = [k for k in artifacts if k.startswith("mooncake/clients/")]
@@ -106,14 +115,15 @@ def test_the_router_and_the_pool_span_the_fleet(mixed):
         sum(g.predicted.requests_per_s for g in groups), abs=0.01)
 
 
-def test_the_plan_and_report_say_pairs_may_cross_groups(mixed):
-    """Each group is predicted with its own P/D pairs while one router serves them all: the
-    plan records it (a decision) and the report warns before deploying."""
+def test_the_plan_and_report_say_each_group_is_routed_on_its_own(mixed):
+    """Each group is predicted with its own P/D pairs and routed by its own frontend: the plan
+    records it (a decision) and the report says how to split traffic over the frontends."""
     [d] = [d for d in mixed.plan.decisions if d.path == "routing.groups"]
-    assert d.value == "one router over every group" and "prediction does not cover" in d.why
+    assert d.value == "one frontend and router per group" and "GetDynamoNamespace" in d.why
     report = mixed.artifacts["report/performance.md"]
     deploy = report[report.index("## Before you deploy"):]
-    assert "another's decode" in deploy and "routing.groups" in deploy
+    assert "own Dynamo graph and frontend" in deploy and "routing.groups" in deploy
+    assert all(g.name in deploy for g in mixed.plan.hardware.groups)
 
 
 def test_every_instance_keeps_its_decisions_under_its_own_id(mixed, group_plans, tmp_path,

@@ -33,13 +33,15 @@ def pods_gpus(workloads: list[tuple[int, int, dict]]) -> int:
 
 
 def dgd_workers(case: str) -> list[dict]:
-    """The DGD's workers; none where Dynamo refuses the plan (S3-02)."""
+    """The workers of the DGDs (one per fleet group); none where Dynamo refuses the plan
+    (S3-02)."""
     docs = emitted.documents(files(case), "dynamo")
-    if plan_of(case).site.engines["dynamo"].refused:
+    plan = plan_of(case)
+    if plan.site.engines["dynamo"].refused:
         assert docs == []
         return []
-    [dgd] = docs
-    return [c for c in dgd["spec"]["components"] if c["type"] != "frontend"]
+    assert len(docs) == len(plan.hardware.groups)
+    return [c for dgd in docs for c in dgd["spec"]["components"] if c["type"] != "frontend"]
 
 
 def leader_worker_sets(case: str) -> list[dict]:

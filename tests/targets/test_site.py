@@ -32,13 +32,13 @@ def with_site(plan: Plan, cfg: Site) -> Plan:
     return plan.model_copy(update={"site": new})
 
 
-def dgd(out: dict[str, str]) -> dict:
-    [graph] = emitted.documents(out, "dynamo")
-    return graph
+def dgd_components(out: dict[str, str]) -> list[dict]:
+    """The components of every graph (a mixed fleet has one per group)."""
+    return [c for graph in emitted.documents(out, "dynamo") for c in graph["spec"]["components"]]
 
 
 def workers(out: dict[str, str]) -> list[dict]:
-    return [c for c in dgd(out)["spec"]["components"] if c["type"] != "frontend"]
+    return [c for c in dgd_components(out) if c["type"] != "frontend"]
 
 
 def pod_templates(out: dict[str, str], folder: str) -> list[dict]:
@@ -75,7 +75,7 @@ def env_of(container: dict) -> dict[str, dict]:
 
 @pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_1_dynamo_components_run_the_dynamo_runtime(case):
-    for component in dgd(files(case))["spec"]["components"]:
+    for component in dgd_components(files(case)):
         for container in component["podTemplate"]["spec"]["containers"]:
             assert container["image"] == plan_of(case).site.images.dynamo
     if plan_of(case).site.images.dynamo == Site().images.dynamo:
@@ -86,11 +86,11 @@ def test_defect_1_dynamo_components_run_the_dynamo_runtime(case):
 
 def test_runtime_version_override_only_when_the_tag_is_not_the_dynamo_version():
     plan = plan_of("fixture-vr-nvl72")
-    assert all("runtimeVersionOverride" not in c for c in dgd(files("fixture-vr-nvl72"))
-               ["spec"]["components"])
+    assert all("runtimeVersionOverride" not in c
+               for c in dgd_components(files("fixture-vr-nvl72")))
     custom = with_site(plan, Site.model_validate(
         {"images": {"dynamo": "registry.example.com/dynamo-vllm:0.33.0-dyn1.6.1"}}))
-    components = dgd(emitted.emit_all(custom))["spec"]["components"]
+    components = dgd_components(emitted.emit_all(custom))
     assert {c.get("runtimeVersionOverride") for c in components} == {"1.6.1"}
 
 
@@ -416,10 +416,12 @@ def test_defect_20_tool_call_and_reasoning_parsers(case):
 
 @pytest.mark.parametrize("case", DGD_CASES)
 def test_defect_21_no_deprecated_router_flag_at_its_default(case):
-    [frontend] = [c for c in dgd(files(case))["spec"]["components"] if c["type"] == "frontend"]
-    args = main_of(frontend["podTemplate"])["args"]
-    assert "--router-kv-overlap-score-credit" not in args
-    assert frontend["podTemplate"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    frontends = [c for c in dgd_components(files(case)) if c["type"] == "frontend"]
+    assert frontends
+    for frontend in frontends:
+        args = main_of(frontend["podTemplate"])["args"]
+        assert "--router-kv-overlap-score-credit" not in args
+        assert frontend["podTemplate"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
 
 
 @pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("fixture")))
