@@ -57,6 +57,11 @@ class Hardware(Frozen):
     gpus_per_tray: int
     domains_per_gpu: int
     hbm_gib_per_gpu: float
+    # What each tray offers its pods, as the scheduler counts it (the one record of node
+    # capacity: the validator reads these, never the catalog). GPUs: `trays[].gpus` less
+    # `unavailable_gpus`. CPU cores are not recorded: the catalog does not know them.
+    dram_gib_per_tray: float  # the rack's override, else the catalog's
+    allocatable_gib_per_tray: float  # the DRAM less the site's node reserve
     rdma_devices_per_tray: int
     node_labels: dict[str, str]
     trays: list[Tray]

@@ -10,9 +10,10 @@ Rules and where their facts come from:
   the kubelet plugin refuses a second claim of it on a node (cmd/compute-domain-kubelet-plugin/
   device_state.go assertImexChannelNotAllocated): one channel claim per node; pods that each take
   one from a ResourceClaimTemplate need a node each, pods sharing a ResourceClaim share it.
-- node-gpus, node-rdma-devices, node-cpu, node-memory: the scheduler's fit of requests within a
-  node's capacity (GPUs of the tray less the unavailable ones, the tray's host memory, RDMA
-  devices and CPU cores where the plan carries them).
+- node-gpus, node-rdma-devices, node-memory: the scheduler's fit of requests within a node's
+  capacity as the plan records it (`Hardware`: GPUs of the tray less the unavailable ones, the
+  tray's allocatable host memory, its RDMA devices). CPU cores are not checked: no input or
+  catalog entry tells them (`unchecked_resources` names them; E825 is retired).
 - host-ports-per-node: processes on one host (launch scripts on a tray, hostNetwork pods) must
   not bind the same port, and hostNetwork pods declare what they bind so that the scheduler
   keeps them apart: vLLM's API `--port` (default 8000) and NIXL's side channel
@@ -168,7 +169,7 @@ def cpu_pods_off_trays(ctx: Context) -> list[Finding]:
 
 # --- placement: channels, capacities, host ports --------------------------------------------
 
-_RESOURCE_RULES = {pods.GPU: "node-gpus", pods.CPU: "node-cpu", pods.MEMORY: "node-memory"}
+_RESOURCE_RULES = {pods.GPU: "node-gpus", pods.MEMORY: "node-memory"}
 
 
 def _channel_templates(objs: list[bundle.Obj]) -> dict[str, str]:
@@ -662,7 +663,6 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "dra-channel-per-node": "E822",
     "node-gpus": "E823",
     "node-rdma-devices": "E824",
-    "node-cpu": "E825",
     "node-memory": "E826",
     "host-ports-per-node": "E827",
     "connector-env": "E828",
@@ -677,8 +677,8 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "dynamo-connector": "E837",
     "per-instance-placement": "E838",
 }
-_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
-                        "node-memory", "host-ports-per-node"})
+_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-memory",
+                        "host-ports-per-node"})
 # Each check and the rules it can break: only those a caller asks for are run.
 CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = (
     (selector_matches_node, frozenset({"selector-matches-node"})),

@@ -166,6 +166,10 @@ def host_reserve(capacity: float) -> HostReserve:
                        mooncake_buffer_gib_per_rank=MOONCAKE_BUFFER_GIB)
 
 
+def _allocatable(tray_dram_gib: float) -> float:
+    return round(tray_dram_gib - host_reserve(tray_dram_gib).reserved_gib, 3)
+
+
 def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
          placed: list[tuple[Instance, DomainMemory]], dram_gib: float,
          tray_dram_gib: float) -> Plan:
@@ -216,7 +220,9 @@ def vr_hardware() -> Hardware:
                   gpus=gpu_ids(t, range(4)), available=True) for t in range(18)]
     return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
                     arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
-                    hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
+                    hbm_gib_per_gpu=VR_HBM_GIB, dram_gib_per_tray=VR_TRAY_DRAM_GIB,
+                    allocatable_gib_per_tray=_allocatable(VR_TRAY_DRAM_GIB),
+                    rdma_devices_per_tray=4,
                     node_labels={}, trays=trays,
                     unavailable_gpus=[])
 
@@ -284,7 +290,10 @@ def hgx_h200_plan() -> Plan:
                   gpus=gpu_ids(n, range(8)), available=True) for n in range(2)]
     hardware = Hardware(system="hgx-h200", form="hgx", gpu_family="hopper",
                         arch="amd64", gpus_per_tray=8,
-                        domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
+                        domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB,
+                        dram_gib_per_tray=H200_NODE_DRAM_GIB,
+                        allocatable_gib_per_tray=_allocatable(H200_NODE_DRAM_GIB),
+                        rdma_devices_per_tray=8,
                         node_labels={}, trays=trays, unavailable_gpus=[])
     serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
                       kv_cache_dtype="fp8",
