@@ -104,7 +104,7 @@ def build_cluster(inputs: Inputs, plan: Plan, w: Workload) -> Cluster:
                          for s in plan.kv_pool.segments)
     hw = plan.fleet[0]
     return Cluster(tuple(instances), segments, plan.routing.block_size, plan.routing.policy,
-                   plan.routing.overlap_score_credit, per_token, r.nic_gbps_per_gpu.value
-                   or inputs.system.tray.nic_gbps_per_gpu.value, inputs.system.name,
+                   plan.routing.overlap_score_credit, per_token, r.nic_gbps_per_gpu.value,
+                   inputs.system.name,
                    hw.rdma_devices_per_tray, inputs)
 

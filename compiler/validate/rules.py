@@ -504,27 +504,15 @@ def rdma_transport(ctx: Context) -> list[Finding]:
 # --- engine-capability ----------------------------------------------------------------------
 
 def _engines_catalog() -> Any:
-    """The pinned engines' capabilities (compiler/catalog/engines/), None where the catalog
-    does not have them."""
+    """The pinned engines' capabilities (compiler/catalog/engines/)."""
     from compiler import catalog
 
-    return catalog.engines() if hasattr(catalog, "engines") else None
+    return catalog.engines()
 
 
 def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
     sizes = facts.vllm.attention.kernel_block_sizes.get(backend)
     return list(sizes.value) if sizes is not None else None
-
-
-def _expert_format(facts: Any, plan: Plan) -> str:
-    """How the engine loads the routed experts: the plan's choice where it records one."""
-    chosen = getattr(plan.model, "expert_format", None)
-    if chosen:
-        return chosen
-    if plan.model.experts_dtype != "fp4":
-        return plan.model.experts_dtype
-    fmt = facts.vllm.moe.fp4_format.get(plan.model.architecture)
-    return fmt.value if fmt is not None else facts.vllm.moe.fp4_format_default.value
 
 
 def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
@@ -533,7 +521,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     for e in _all_engines(ctx):
         block = _int(e.flag("--block-size"), 0)
         backend = e.flag("--attention-backend")
-        if facts is not None and backend and block:
+        if backend and block:
             sizes = _kernel_block_sizes(facts, backend)
             if sizes and not any(block % s == 0 for s in sizes):
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
@@ -542,8 +530,8 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"--block-size {block}", "the attention kernels read KV in "
                                    "pages of their block size (compiler/catalog/engines/)"))
         moe = e.flag("--moe-backend")
-        if facts is not None and moe and ctx.plan.model.moe:
-            fmt = _expert_format(facts, ctx.plan)
+        if moe and ctx.plan.model.moe:
+            fmt = ctx.plan.model.expert_format
             accepts = facts.vllm.moe.accepts.get(fmt)
             if accepts is not None and moe not in accepts.value:
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
@@ -551,15 +539,15 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
                                    accepts.source))
         a2a = e.flag("--all2all-backend")
-        if facts is not None and moe and a2a and ctx.plan.model.moe and \
+        if moe and a2a and ctx.plan.model.moe and \
                 a2a in facts.vllm.all2all.batched_layout.value:
-            batched = facts.vllm.moe.batched.get(_expert_format(facts, ctx.plan))
+            batched = facts.vllm.moe.batched.get(ctx.plan.model.expert_format)
             if batched is not None and moe not in batched.value:
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
                                    f"a --moe-backend with a kernel for {a2a}'s batched "
                                    f"activations ({', '.join(batched.value)})",
                                    f"--moe-backend {moe}", batched.source))
-        if facts is not None and a2a and _on_nvl72(e, ctx.plan) and \
+        if a2a and _on_nvl72(e, ctx.plan) and \
                 _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):
@@ -591,8 +579,6 @@ def dynamo_connector(ctx: Context, facts: Any = None) -> list[Finding]:
     """Dynamo P/D workers hand KV off through a connector its prefill handler has a protocol
     for (compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols)."""
     facts = facts if facts is not None else _engines_catalog()
-    if facts is None:
-        return []
     worker = facts.dynamo.worker
     out = []
     for e in _all_engines(ctx):
@@ -616,8 +602,8 @@ def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
     def nixl(e: Engine) -> set[str]:
         return {c.get("kv_connector") for c in e.connectors()} & NIXL
 
-    if facts is None or not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
-                                for e in engines):
+    if not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
+                for e in engines):
         return []
     push = facts.vllm.kv_connectors.disaggregated_pipelined
     return [Finding("engine-capability", e.file, e.line, e.where,
