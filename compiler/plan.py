@@ -431,6 +431,20 @@ class Decision(Frozen):
     why: str
 
 
+class Notice(Frozen):
+    """What the site must supply before the bundle serves, that no input says and no object
+    can hold (compiler/preflight.py): printed as W901 by `rackc compile`, listed by the
+    report under "Before you deploy"."""
+
+    path: str  # the input that settles it
+    target: str  # the emitted folder it concerns
+    problem: str
+    hint: str
+
+    def render(self) -> str:
+        return f"warning[W901] {self.target}/ {self.path}: {self.problem}\n  hint: {self.hint}"
+
+
 class FleetGroup(Frozen):
     """One group of a mixed fleet: its own system, trays and per-system engine settings, and
     what the perf model predicts for the instances it holds."""
@@ -477,6 +491,7 @@ class Plan(Frozen):
     decisions: list[Decision]
     site: Site
     parsers: Parsers
+    notices: list[Notice] = []  # set once the plan is whole (compiler.preflight.with_notices)
 
     def pod_size(self, instance_id: str) -> PodSize:
         return next(p for p in self.site.pods if p.instance == instance_id)

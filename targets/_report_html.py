@@ -63,7 +63,7 @@ def _section(key: str, title: str, body: list[str]) -> str:
     return f'<section id="{key}"><h2>{escape(title)}</h2>' + "".join(body) + "</section>"
 
 
-def _warnings(plan: Plan, notices: list) -> list[str]:
+def _warnings(plan: Plan) -> list[str]:
     out = []
     checks = plan.predicted.slo
     for c in checks:
@@ -76,10 +76,10 @@ def _warnings(plan: Plan, notices: list) -> list[str]:
         out.append('<div class="ok">The prediction meets every SLO the deployment sets.</div>')
     if not checks:
         out.append('<div class="warn">The plan records no SLO check.</div>')
-    if notices:
+    if plan.notices:
         out.append("<h3>Before you deploy (W901)</h3>")
         out.append(_table(["folder", "input", "what", "what to do"],
-                          [[f"{n.target}/", n.path, n.problem, n.hint] for n in notices],
+                          [[f"{n.target}/", n.path, n.problem, n.hint] for n in plan.notices],
                           wrap={2, 3}))
     rows = fallbacks(plan)
     if rows:
@@ -208,7 +208,7 @@ def _breakdown(plan: Plan) -> list[str]:
     return [*out, "</details>"]
 
 
-def index_html(plan: Plan, notices: list) -> str:
+def index_html(plan: Plan) -> str:
     p = plan.predicted
     gpus = sum(len(i.gpus) for i in plan.instances)
     rack, _ = rack_svg(plan)
@@ -221,7 +221,7 @@ def index_html(plan: Plan, notices: list) -> str:
         memory_body += ["<h3>Host memory per tray</h3>", memory.legend_html(memory.HOST_PARTS),
                         f'<div class="figure">{host[0]}</div>']
     sections = [
-        _section("warnings", "Warnings and assumptions", _warnings(plan, notices)),
+        _section("warnings", "Warnings and assumptions", _warnings(plan)),
         _section("decision", "The decision", _decision(plan)),
         _section("rack", "Rack map", [
             "<p>Hover a GPU for its instance, rank and memory; a tray's violet bar for its "

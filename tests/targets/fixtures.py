@@ -37,6 +37,7 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
+from compiler.preflight import with_notices
 from compiler.resolve import HostReserve
 from schemas.site import Site
 
@@ -180,7 +181,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
               for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})
     pool = kv_pool(used_trays, dram_gib)
-    return Plan(
+    return with_notices(Plan(
         inputs_digest="sha256:fixture-" + serving.name,
         hardware=hardware, model=model, serving=serving, instances=instances,
         memory=dict(sorted(memory.items())),
@@ -196,7 +197,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
         predicted=None, decisions=[],
         site=site.lower_site(Site(), catalog.model(model.name).spec, hardware, instances, pool,
                              host_reserve(tray_dram_gib), serving.vllm_version),
-        parsers=site.parsers(model.name))
+        parsers=site.parsers(model.name)))
 
 
 # --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
@@ -349,9 +350,9 @@ def vr_nvl72_site_plan() -> Plan:
                                        {"key": "dedicated", "operator": "Equal",
                                         "value": "llm", "effect": "NoExecute"}]},
     })
-    return plan.model_copy(update={"site": site.lower_site(
+    return with_notices(plan.model_copy(update={"site": site.lower_site(
         cfg, catalog.model(plan.model.name).spec, plan.hardware, plan.instances, plan.kv_pool,
-        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)})
+        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)}))
 
 
 ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,

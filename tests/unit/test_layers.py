@@ -1,0 +1,45 @@
+"""One door per fact, as imports: the targets read only the plan (`compiler.plan`), the
+validator never runs the compile pipeline (`compiler.api`), and its node model reads the
+plan's capacities, never the catalog."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules a file imports, at module level or in a function (relative ones resolved)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            out.add(module)
+            out |= {f"{module}.{a.name}" for a in node.names}
+    return out
+
+
+def _ours(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in ("compiler", "schemas")}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "targets").glob("*.py")), ids=lambda p: p.name)
+def test_targets_import_only_the_plan(path: Path):
+    extra = {m for m in _ours(_imports(path))
+             if not (m == "compiler.plan" or m.startswith("compiler.plan."))}
+    assert not extra, f"{path.name} imports {sorted(extra)}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "compiler" / "validate").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_the_validator_does_not_run_the_compiler(path: Path):
+    modules = _imports(path)
+    assert not {m for m in modules if m == "compiler.api" or m.startswith("compiler.api.")}
+    if path.name in ("pods.py", "placement.py"):  # the node model: the plan's capacities
+        assert not {m for m in modules if m.split(".")[:2] == ["compiler", "catalog"]}
