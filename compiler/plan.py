@@ -493,6 +493,13 @@ class Plan(Frozen):
     parsers: Parsers
     notices: list[Notice] = []  # set once the plan is whole (compiler.preflight.with_notices)
 
+    @property
+    def prediction(self) -> Predicted:
+        """What the perf model predicts: every plan `rackc compile` writes has it (only the
+        draft that lower hands the perf model has none)."""
+        assert self.predicted is not None, "a draft plan, before the prediction"
+        return self.predicted
+
     def pod_size(self, instance_id: str) -> PodSize:
         return next(p for p in self.site.pods if p.instance == instance_id)
 
@@ -505,7 +512,11 @@ class Plan(Frozen):
 
     def hardware_of(self, tray_id: str) -> Hardware:
         """The hardware (of its group, in a mixed fleet) a tray belongs to."""
-        return self._hardware_by_tray.get(tray_id, self.hardware)
+        found = self._hardware_by_tray.get(tray_id)
+        if found is not None:
+            return found
+        assert isinstance(self.hardware, Hardware), f"{tray_id} is in no group of the fleet"
+        return self.hardware
 
     def serving_of(self, instance: Instance) -> Serving:
         """The serving settings of an instance's group (its system's engine backends)."""
@@ -602,7 +613,7 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     """(field path, expected, got, hint) of each way the plan contradicts itself: instance
     ids unique and of their role, each instance's GPUs known to the hardware, in its trays,
     used by no other instance and as many as its shape runs on."""
-    problems = []
+    problems: list[tuple[tuple, str, str, str]] = []
     tray_of: dict[str, str] = {}
     for t, tray in enumerate(plan.hardware.trays):
         for k, gpu in enumerate(tray.gpus):

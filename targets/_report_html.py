@@ -3,6 +3,7 @@ script, font or request at view time), its sections in the order a reader needs 
 warnings and assumptions, the decision, the rack map, memory per die, the curve, why each
 decision, and the step breakdown."""
 
+from collections.abc import Set as AbstractSet
 from html import escape
 
 from compiler.plan import Fleet, Plan, Predicted
@@ -44,8 +45,8 @@ details summary{cursor:pointer;color:#335}
 """
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset(),
-           classes: list[str] | None = None, wrap: set[int] = frozenset()) -> str:
+def _table(head: list[str], rows: list[list[str]], numeric: AbstractSet[int] = frozenset(),
+           classes: list[str] | None = None, wrap: AbstractSet[int] = frozenset()) -> str:
     """An HTML table; cells are escaped here. Cells of the `wrap` columns break anywhere (long
     values, image names), so that the table stays within the page."""
     out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
@@ -65,7 +66,7 @@ def _section(key: str, title: str, body: list[str]) -> str:
 
 def _warnings(plan: Plan) -> list[str]:
     out = []
-    checks = plan.predicted.slo
+    checks = plan.prediction.slo
     for c in checks:
         if not c.met:
             bound = "at least" if c.field.startswith("slo.tokens") else "at most"
@@ -96,7 +97,7 @@ def _warnings(plan: Plan) -> list[str]:
 
 
 def _slo_rows(plan: Plan) -> list[list[str]]:
-    p = plan.predicted
+    p = plan.prediction
     check = {c.field.removeprefix("slo."): c for c in p.slo}
     rows = []
     for key in ("tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
@@ -108,7 +109,7 @@ def _slo_rows(plan: Plan) -> list[list[str]]:
 
 
 def _decision(plan: Plan) -> list[str]:
-    p, s = plan.predicted, plan.solver
+    p, s = plan.prediction, plan.solver
     gpus = sum(len(i.gpus) for i in plan.instances)
     roles = {i.role for i in plan.instances}
     mode = "disaggregated (prefill and decode instances)" if roles >= {"prefill", "decode"} \
@@ -124,7 +125,7 @@ def _decision(plan: Plan) -> list[str]:
     named = groups[0][0] is not None
     out.append(_table((["group"] if named else []) + ["role", "shape", "instances", "GPUs",
                                                       "batch per rank", "step ms"],
-                      [([name] if named else []) + [
+                      [([name or ""] if named else []) + [
                           g.role, g.shape, str(g.count), str(g.gpus),
                           "" if g.batch is None else f"{g.batch:g}",
                           f"{(g.decode_step_us or g.prefill_step_us or 0) / 1e3:,.1f}"]
@@ -142,7 +143,7 @@ def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
     hw = plan.hardware
     if isinstance(hw, Fleet):
         return [(g.name, g.predicted) for g in hw.groups if g.predicted is not None]
-    return [(None, plan.predicted)]
+    return [(None, plan.prediction)]
 
 
 def _considered(plan: Plan) -> list[str]:
@@ -199,7 +200,7 @@ def _explain(plan: Plan) -> list[str]:
 
 def _breakdown(plan: Plan) -> list[str]:
     out = ["<details><summary>each phase's step time, operator by operator</summary>"]
-    for phase, steps in plan.predicted.breakdown.items():
+    for phase, steps in plan.prediction.breakdown.items():
         total = sum(steps.values()) or 1.0
         out.append(f"<h3>{escape(phase)} step by operator</h3>")
         out.append(_table(["operator", "us", "share"],
@@ -209,7 +210,7 @@ def _breakdown(plan: Plan) -> list[str]:
 
 
 def index_html(plan: Plan) -> str:
-    p = plan.predicted
+    p = plan.prediction
     gpus = sum(len(i.gpus) for i in plan.instances)
     rack, _ = rack_svg(plan)
     dies, _ = memory.die_svg(plan)

@@ -77,8 +77,8 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
     shade: dict[str, int] = {}  # in the order the map meets them, so neighbours alternate
     down = set(plan.hardware.unavailable_gpus)
     mem: dict[str, list[tuple[str, DomainMemory]]] = {}
-    for d, m in plan.memory.items():
-        mem.setdefault(d.rsplit("-d", 1)[0], []).append((d, m))
+    for dom, m in plan.memory.items():
+        mem.setdefault(dom.rsplit("-d", 1)[0], []).append((dom, m))
     shards: dict[str, list] = {}
     for s in plan.engram_shards:
         shards.setdefault(s.domain, []).append(s)

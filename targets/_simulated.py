@@ -1,5 +1,5 @@
 """The report's simulated section: `rackc compile`'s short request-by-request run
-(plan.predicted.simulated) beside the closed-form figures, and where they disagree."""
+(plan.prediction.simulated) beside the closed-form figures, and where they disagree."""
 
 from compiler.plan import Plan
 
@@ -21,7 +21,7 @@ ROWS = (("TTFT P50 (ms)", "ttft_ms", "p50", "ttft_ms_p50"),
 
 
 def simulated_md(plan: Plan) -> list[str]:
-    p = plan.predicted
+    p = plan.prediction
     s = p.simulated if p is not None else None
     if s is None:
         return []

@@ -13,7 +13,7 @@ from targets._simulated import simulated_md
 
 def emit(plan: Plan) -> dict[str, str]:
     return {
-        "report/performance.json": json.dumps(plan.predicted.model_dump(mode="json"),
+        "report/performance.json": json.dumps(plan.prediction.model_dump(mode="json"),
                                               indent=2) + "\n",
         "report/performance.md": performance_md(plan),
         "report/index.html": index_html(plan),
@@ -23,7 +23,7 @@ def emit(plan: Plan) -> dict[str, str]:
 
 
 def performance_md(plan: Plan) -> str:
-    p = plan.predicted.model_dump(mode="json")
+    p = plan.prediction.model_dump(mode="json")
     gpus = sum(len(i.gpus) for i in plan.instances)
     lines = [
         f"# {plan.serving.name}: predicted performance",
@@ -135,8 +135,8 @@ def before_you_deploy_md(plan: Plan) -> list[str]:
 
 
 def slo_md(plan: Plan) -> list[str]:
-    """The SLOs the deployment sets against the prediction (plan.predicted.slo)."""
-    checks = plan.predicted.slo
+    """The SLOs the deployment sets against the prediction (plan.prediction.slo)."""
+    checks = plan.prediction.slo
     if not checks:
         return []
     return ["", "## SLOs", "", "| SLO | target | predicted | |", "|---|---|---|---|",
