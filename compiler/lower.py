@@ -2,11 +2,11 @@
 
 import networkx as nx
 
-from compiler import arch, graph, site
+from compiler import arch, deploy, graph, site
 from compiler.decisions import decisions
 from compiler.host_memory import host_memory
 from compiler.load import Inputs
-from compiler.memory import all2all_of, offload_gib
+from compiler.memory import all2all_of, offload_gib, utilization
 from compiler.plan import (
     Considered,
     Decision,
@@ -152,7 +152,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
             k = counter.get(w.role, 0)
             counter[w.role] = k + 1
         need = w.need
-        util = round(100 * (need.capacity_gib - need.reserved_gib) / need.capacity_gib) / 100
+        util = utilization(need.capacity_gib, need.reserved_gib)
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
         iid = kept_id or f"{w.role}-{k:02d}"
         fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
@@ -263,6 +263,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances, made = _instances(inputs, sol, g)
     memory = _memory(sol, instances, g)
     hardware = _hardware(inputs, g)
+    instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
@@ -284,7 +285,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances,
-                                   [*made, *trimmed, _allocatable_decision(inputs)])
+                                   [*made, *trimmed, *deploy.decisions(instances),
+                                    _allocatable_decision(inputs)])
                          + site.decisions(inputs, site_plan), key=lambda d: d.path),
         site=site_plan,
         parsers=site.parsers(inputs.model_name),

@@ -33,6 +33,12 @@ ACTIVATION_TOKENS = 8192  # tokens per forward pass the workspace is sized for (
 ACTIVATION_COPIES = 12  # live hidden-sized buffers per token in a layer (assumed)
 
 
+def utilization(capacity_gib: float, reserved_gib: float) -> float:
+    """`--gpu-memory-utilization`: what is not reserved, rounded down to 2 decimals (rounding
+    up would ask vLLM for memory the reserve holds, and its start-up check refuses that)."""
+    return math.floor(100 * (capacity_gib - reserved_gib) / capacity_gib + 1e-9) / 100
+
+
 @dataclass(frozen=True)
 class GpuBudget:
     capacity_gib: float
@@ -47,9 +53,7 @@ class GpuBudget:
 
     @property
     def utilization(self) -> float:
-        """`--gpu-memory-utilization`: what is not reserved, rounded down to 2 decimals."""
-        return math.floor(100 * (self.capacity_gib - self.reserved_gib) / self.capacity_gib
-                          + 1e-9) / 100
+        return utilization(self.capacity_gib, self.reserved_gib)
 
     @property
     def budget_gib(self) -> float:

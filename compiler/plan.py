@@ -110,6 +110,31 @@ class Serving(OmitsOptional):
     language_model_only: bool = False  # the vision tower is not loaded
 
 
+class RankGroup(OmitsOptional):
+    """One node's share of an instance: one vLLM process serving the ranks on that tray's GPUs,
+    and the host ports it binds when launched on the host (`vllm/` scripts; pods have their own
+    network namespace and bind the base ports of compiler.ports). Ports are None where the
+    process binds none (compiler.deploy says which)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("api_port", "nixl_port", "dp_rpc_port",
+                                           "master_port")
+
+    index: int  # node rank inside the instance; 0 is the leader
+    tray: str
+    node_name: str
+    gpus: list[str]  # plan GPU ids, rank order
+    cuda_devices: list[int]  # CUDA device index of each GPU on its tray
+    first_rank: int
+    api_port: int | None = None  # the leader's OpenAI server (`--port`)
+    nixl_port: int | None = None  # VLLM_NIXL_SIDE_CHANNEL_PORT; rank r listens on it + r
+    dp_rpc_port: int | None = None  # `--data-parallel-rpc-port` (multi-node DP)
+    master_port: int | None = None  # `--master-port` (multi-node TP / PP)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.index == 0
+
+
 class Instance(OmitsOptional):
     OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group",
                                            "pp", "stage_layers")
@@ -138,6 +163,7 @@ class Instance(OmitsOptional):
     group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
     pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
     stage_layers: list[int] = []  # decoder layers per stage, as vLLM splits them (with pp > 1)
+    rank_groups: list[RankGroup] = []  # one per tray, in rank order (compiler.deploy)
 
 
 class DomainMemory(Frozen):
@@ -659,7 +685,29 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
         if sorted(i.trays, key=_natural) != trays:
             problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
                              ", ".join(i.trays) or "none", EDITED))
+        problems += _rank_group_problems(plan, at, i, tray_of)
     return problems
+
+
+def _rank_group_problems(plan: Plan, at: tuple, i: Instance, tray_of: dict[str, str]
+                         ) -> list[tuple[tuple, str, str, str]]:
+    """The rank groups cover the instance's GPUs in rank order, one per tray, on the tray's
+    node and CUDA indices (compiler.deploy made them so)."""
+    first, out = 0, []
+    if [g for r in i.rank_groups for g in r.gpus] != i.gpus:
+        return [((*at, "rank_groups"), "its GPUs in rank order, one group per tray",
+                 f"{len(i.rank_groups)} groups over other GPUs", EDITED)]
+    for k, r in enumerate(i.rank_groups):
+        tray = plan.tray(tray_of[r.gpus[0]]) if r.gpus and r.gpus[0] in tray_of else None
+        if (tray is None or r.index != k or r.first_rank != first or r.tray != tray.id
+                or r.node_name != tray.node_name
+                or r.cuda_devices != [tray.gpus.index(g) if g in tray.gpus else -1
+                                      for g in r.gpus]):
+            out.append(((*at, "rank_groups", k), "node rank, tray, node name, CUDA indices and "
+                        "first rank of its GPUs", f"{r.tray} {r.node_name} {r.cuda_devices}",
+                        EDITED))
+        first += len(r.gpus)
+    return out
 
 
 def _natural(text: str) -> list:

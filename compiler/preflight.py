@@ -59,7 +59,52 @@ def notices(plan: Plan) -> list[Notice]:
             f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
             f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
             "libcudart.so.12)"))
-    return out + _cluster_notices(plan)
+    return out + _reserve_notices(plan) + _pool_notices(plan) + _cluster_notices(plan)
+
+
+def _pool_notices(plan: Plan) -> list[Notice]:
+    """Dynamo registers every decode worker as one `backend` and every prefill worker as
+    `prefill` (dynamo 1.6.1 dynamo/vllm/args.py l.257-262), and its KV router picks among them
+    by KV overlap and active blocks (dynamo/router): a role of several shapes is one routing
+    pool, not the solver's per-shape shares (fresh bundle review, W1)."""
+    if plan.site.engines["dynamo"].refused:
+        return []
+    out = []
+    for role in ("prefill", "decode", "aggregated"):
+        shapes = sorted({i.shape for i in plan.instances if i.role == role})
+        if len(shapes) > 1:
+            out.append(_notice(
+                "objective.shapes", "k8s",
+                f"the {role} instances ({', '.join(shapes)}) are one Dynamo routing pool: its "
+                "router spreads requests by KV overlap and load per worker, while the "
+                "prediction gives each instance the share it sustains at the SLO",
+                f"expect the {role} shapes' load to differ from the plan's split; pin one "
+                f"{role} shape in objective.shapes where that matters"))
+    return out
+
+
+def _reserve_notices(plan: Plan) -> list[Notice]:
+    """vLLM builds its NCCL communicators (every DP/EP group, MNNVL's too) before its memory
+    check, which refuses to start when free memory is below utilization x HBM
+    (v1/worker/gpu_worker.py, v1/worker/utils.py request_memory). The reserve's NCCL share is
+    AIConfigurator's per-GPU figure, not a measurement of groups spanning nodes (bundle review
+    3, S3-11)."""
+    spanning = [i for i in plan.instances if len(i.rank_groups) > 1]
+    source = next((d.source for d in plan.decisions if d.path == "memory.reserved_gib"), "")
+    if not spanning or source == "user":
+        return []
+    widest = max(spanning, key=lambda i: len(i.gpus))
+    reserved = sum(m.reserved_gib for name, m in plan.memory.items()
+                   if name.rsplit("-d", 1)[0] == widest.gpus[0])
+    return [_notice(
+        "serving.gpu_reserve_gib", "vllm",
+        f"{len(spanning)} instance(s) span nodes ({widest.id}: {len(widest.gpus)} ranks): "
+        f"their NCCL communicators come out of the {reserved:.2f} GiB per GPU left outside "
+        f"--gpu-memory-utilization {widest.gpu_memory_utilization:.2f}, sized from a per-GPU "
+        "NCCL figure that was not measured on groups of that size",
+        "if an engine stops at start-up with 'Free memory on device ... is less than desired "
+        "GPU memory utilization', set serving.gpu_reserve_gib to what it lacked (Dynamo's "
+        "DeepSeek-V4 GB200 recipe serves at 0.9)")]
 
 
 def _cluster_notices(plan: Plan) -> list[Notice]:

@@ -264,7 +264,7 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
             "hardware.rdma_devices_per_tray", hw.rdma_devices_per_tray or system.gpus_per_tray,
             "user" if hw.rdma_devices_per_tray else "default",
             "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
-        gpu_reserve_gib=_gpu_reserve(engines, system),
+        gpu_reserve_gib=_gpu_reserve(engines, system, s.gpu_reserve_gib),
         workload=_workload(dep),
         image_tokens=float(dep.spec.workload.images_per_request
                            * (dep.spec.workload.tokens_per_image or 0)),
@@ -455,7 +455,10 @@ def _pool_hbm(e: Engines, wanted: bool) -> Choice[bool]:
                   "the prefill ranks' spare HBM stays their own KV (prefix) cache")
 
 
-def _gpu_reserve(e: Engines, system: System) -> Choice[float]:
+def _gpu_reserve(e: Engines, system: System, given: float | None) -> Choice[float]:
+    if given is not None:
+        return Choice("memory.reserved_gib", given, "user", "serving.gpu_reserve_gib, written "
+                      "in the deployment")
     r = system.reserve
     value = r.runtime_gib.value + r.nccl_gib.value + e.vllm.memory.nixl_gib.value
     return Choice("memory.reserved_gib", round(value, 3), "catalog",

@@ -176,7 +176,8 @@ def _engine_pod(registers: bool, host_path: bool) -> Security:
 def security(pods: list[PodSize], cache: ModelCache, router: bool,
              pool: bool) -> dict[str, Security]:
     """Every kind of pod the targets emit and how it runs: privileges only where a pod's work
-    needs them, restricted everywhere else; no service-account token but the router's."""
+    needs them, restricted everywhere else; a service-account token only where the pod calls the
+    API server (Dynamo's pods, the router)."""
     host_path = cache.kind == "host_path"
     # Dynamo's pods find each other through the API server: the operator sets
     # DYN_DISCOVERY_BACKEND=kubernetes unless a graph asks for etcd (deploy/operator/internal/
@@ -186,7 +187,13 @@ def security(pods: list[PodSize], cache: ModelCache, router: bool,
                                       "discovery; its tokenizer cache is an emptyDir)")}
     kinds = {p.resources.registers_memory for p in pods}
     for registers in sorted(kinds):
-        out["engine-rdma" if registers else "engine"] = _engine_pod(registers, host_path)
+        engine = _engine_pod(registers, host_path)
+        name = "engine-rdma" if registers else "engine"
+        out[name] = engine
+        # the same workers under Dynamo register through that discovery too
+        out[f"dynamo-{name}"] = engine.model_copy(update={
+            "service_account_token": True,
+            "why": f"{engine.why}; its token serves Dynamo's Kubernetes discovery"})
     if pool:
         out["mooncake-master"] = _cpu_pod(False, "the Mooncake master")
     if router:

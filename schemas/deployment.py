@@ -159,6 +159,11 @@ class Serving(StrictModel):
         None, description="KV block in tokens. Default: the attention backend's kernel block")
     max_model_len: Annotated[int, bounded(TOKENS)] | None = Field(
         None, description="Default: the model's context")
+    gpu_reserve_gib: Annotated[float, Field(gt=0, le=64)] | None = Field(
+        None, description="GiB per GPU left outside --gpu-memory-utilization for what the "
+                          "engine allocates before its memory check (CUDA context, NCCL "
+                          "communicators, NIXL). Default: the catalog's figure; set it from a "
+                          "measured start when vLLM reports too little free memory")
     vllm_version: Literal["0.33.0"] = "0.33.0"
     namespace: Name = "rackc"
 

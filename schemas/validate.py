@@ -132,7 +132,7 @@ def _is_int_field(model: type[BaseModel], path: PathKey) -> bool:
 
 def _bounds(field: object) -> dict[str, float]:
     """ge/gt/le/lt of a field, from its own metadata or an Annotated type inside its
-    annotation (`count(64) | None`, `list[count(1151)]`)."""
+    annotation (`Annotated[int, bounded(64)] | None`, `list[Annotated[int, bounded(1151)]]`)."""
     found: dict[str, float] = {}
 
     def visit(meta: object) -> None:

@@ -65,7 +65,7 @@ def components(plan: Plan) -> tuple[Component, ...]:
     out = []
     for k, instances in groups:
         nodes = {len(i.trays) for i in instances}
-        per_node = {gpus_per_node(plan, i) for i in instances}
+        per_node = {gpus_per_node(i) for i in instances}
         if len(nodes) > 1 or len(per_node) > 1:
             raise TargetError(f"instances {[i.id for i in instances]} ({k.role} {k.shape}) span "
                               f"different numbers of trays or GPUs per tray")

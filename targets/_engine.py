@@ -13,6 +13,7 @@ Flag choices (vLLM 0.33, docs/targets.md explains each):
 The per-node launch flags (which ranks run where) are `multinode_flags`.
 """
 
+from compiler import ports
 from compiler.plan import Instance, Plan
 from targets._components import Component
 from targets._errors import TargetError
@@ -21,10 +22,6 @@ from targets._topology import claims_channel, multi_node_nvlink
 from targets._yaml import compact_json
 
 SUPPORTED_VLLM = ("0.33",)
-# Dynamo's operator injects these ports for multinode vLLM (backend_vllm.go); every target uses
-# the same ones, so a plain vLLM launch and a Dynamo one look alike.
-DP_RPC_PORT = 13445
-MASTER_PORT = 29500
 # Mooncake and vLLM's prefix hashing need one seed on every instance sharing the store.
 PYTHONHASHSEED = "0"
 
@@ -201,13 +198,15 @@ def parser_flags(plan: Plan) -> list[str]:
 
 
 def multinode_flags(component: Component, node_rank: str, start_rank: str, leader: str,
-                    leader_node: bool, port_offset: int = 0) -> list[str]:
+                    leader_node: bool, dp_rpc_port: int | None = None,
+                    master_port: int | None = None) -> list[str]:
     """The flags that place one node's ranks of a multi-node instance. DEP: the leader runs the
     API server and the DP coordinator (internal load balancing over all ranks); the other nodes
     run headless engines from their start rank. TP or pipeline stages across nodes: vLLM's
     multiprocessing executor over `--nnodes` (node n runs ranks n x local .. ; rank r is on
-    stage r // tp). `node_rank`, `start_rank` and `leader` may be shell expressions;
-    `port_offset` separates the ports of instances that share a host's network."""
+    stage r // tp). `node_rank`, `start_rank` and `leader` may be shell expressions. The ports
+    are the plan's host ports where instances share a host's network (`vllm/` scripts), else
+    (a pod's own network) compiler.ports' base ports."""
     if component.nodes_per_instance == 1:
         return []
     instance = component.instances[0]
@@ -216,7 +215,7 @@ def multinode_flags(component: Component, node_rank: str, start_rank: str, leade
         start = [] if leader_node else ["--data-parallel-start-rank", start_rank]
         return [*headless, "--data-parallel-size-local", str(component.gpus_per_node), *start,
                 "--data-parallel-address", leader,
-                "--data-parallel-rpc-port", str(DP_RPC_PORT + port_offset)]
+                "--data-parallel-rpc-port", str(dp_rpc_port or ports.DP_RPC)]
     return [*headless, "--distributed-executor-backend", "mp",
             "--nnodes", str(component.nodes_per_instance), "--node-rank", node_rank,
-            "--master-addr", leader, "--master-port", str(MASTER_PORT + port_offset)]
+            "--master-addr", leader, "--master-port", str(master_port or ports.MASTER)]

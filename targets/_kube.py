@@ -49,6 +49,7 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
+from compiler import ports
 from compiler.plan import Plan, Resources
 from targets import _mooncake
 from targets._components import Component
@@ -229,10 +230,11 @@ def requirements(plan: Plan, size: Resources, gpus: int = 0,
     return V1ResourceRequirements(requests=requests, limits=limits, claims=claims)
 
 
-def engine_kind(size: Resources) -> str:
+def engine_kind(size: Resources, dynamo: bool = False) -> str:
     """The `site.security` kind of an engine pod: those that register memory with the RDMA
-    NIC (NIXL's KV buffers, the Mooncake segments) hold IPC_LOCK."""
-    return "engine-rdma" if size.registers_memory else "engine"
+    NIC (NIXL's KV buffers, the Mooncake segments) hold IPC_LOCK; Dynamo's workers keep their
+    service-account token (compiler/site.py security)."""
+    return ("dynamo-" if dynamo else "") + ("engine-rdma" if size.registers_memory else "engine")
 
 
 def security_context(plan: Plan, kind: str) -> V1SecurityContext:
@@ -288,7 +290,8 @@ def model_cache_volume(plan: Plan) -> V1Volume:
 
 
 def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
-                    extra_volumes: list[V1Volume] | None = None) -> V1PodSpec:
+                    extra_volumes: list[V1Volume] | None = None,
+                    dynamo: bool = False) -> V1PodSpec:
     claims, volumes = None, [model_cache_volume(plan), *(extra_volumes or [])]
     if claims_channel(plan, component.instances[0], component.nodes_per_instance):
         claims = [V1PodResourceClaim(
@@ -297,7 +300,7 @@ def engine_pod_spec(plan: Plan, component: Component, container: V1Container,
     if _mooncake.pool_enabled(plan):
         volumes.append(V1Volume(name=MOONCAKE_VOLUME, config_map=V1ConfigMapVolumeSource(
             name=mooncake_client_map(plan))))
-    kind = engine_kind(component_resources(plan, component))
+    kind = engine_kind(component_resources(plan, component), dynamo)
     return V1PodSpec(containers=[container], affinity=node_affinity(plan, component.node_names),
                      automount_service_account_token=token(plan, kind),
                      node_selector=node_selector(plan, component), resource_claims=claims,
@@ -327,18 +330,18 @@ def mooncake_objects(plan: Plan) -> list[dict]:
     It registers no memory with a NIC (the clients' segments live in the engine pods)."""
     name = _mooncake.master_name(plan)
     selector = labels(plan, "mooncake-master")
-    ports = [("rpc", _mooncake.RPC_PORT), ("metrics", _mooncake.METRICS_PORT)]
+    named = [("rpc", ports.MOONCAKE_RPC), ("metrics", ports.MOONCAKE_METRICS)]
     config = config_map(plan, name, {_mooncake.MASTER_CONFIG_FILE:
                                      dump_yaml(_mooncake.master_config())})
     service = V1Service(api_version="v1", kind="Service",
                         metadata=metadata(plan, name, "mooncake-master"),
                         spec=V1ServiceSpec(selector=selector, ports=[
-                            V1ServicePort(name=n, port=p, target_port=n) for n, p in ports]))
+                            V1ServicePort(name=n, port=p, target_port=n) for n, p in named]))
     rpc = V1TCPSocketAction(port="rpc")
     container = V1Container(
         name="master", image=plan.site.images.vllm, command=["mooncake_master"],
         args=[f"--config_path={_mooncake.CONFIG_DIR}/{_mooncake.MASTER_CONFIG_FILE}"],
-        ports=[V1ContainerPort(name=n, container_port=p) for n, p in ports],
+        ports=[V1ContainerPort(name=n, container_port=p) for n, p in named],
         resources=requirements(plan, plan.site.mooncake_master),
         security_context=security_context(plan, "mooncake-master"),
         readiness_probe=V1Probe(tcp_socket=rpc, period_seconds=10),

@@ -7,12 +7,11 @@ and each tray (node) gets its own client file; a pod finds its file by its node'
 The plan's HBM segments have no counterpart in the 0.33 store (docs/targets.md, memory budget).
 """
 
+from compiler import ports
 from compiler.plan import Plan
 from targets._errors import TargetError
 from targets._names import dns_label
 
-RPC_PORT = 50051  # mooncake_master defaults (Mooncake deployment guide)
-METRICS_PORT = 9003
 CONFIG_DIR = "/etc/mooncake"
 MASTER_CONFIG_FILE = "master.yaml"
 
@@ -26,7 +25,7 @@ def master_name(plan: Plan) -> str:
 
 
 def master_address(plan: Plan) -> str:
-    return f"{master_name(plan)}.{plan.serving.namespace}.svc.cluster.local:{RPC_PORT}"
+    return f"{master_name(plan)}.{plan.serving.namespace}.svc.cluster.local:{ports.MOONCAKE_RPC}"
 
 
 def client_config_file(node_name: str) -> str:
@@ -77,7 +76,7 @@ def master_config() -> dict:
     """`mooncake_master --config_path` keys; metadata by P2P handshake, so no HTTP server."""
     return {
         "rpc_address": "0.0.0.0",
-        "rpc_port": RPC_PORT,
+        "rpc_port": ports.MOONCAKE_RPC,
         "enable_metric_reporting": True,
-        "metrics_port": METRICS_PORT,
+        "metrics_port": ports.MOONCAKE_METRICS,
     }

@@ -16,6 +16,7 @@ from kubernetes.client import (
     V1VolumeMount,
 )
 
+from compiler import ports
 from compiler.plan import Plan
 from targets import _kube
 from targets._components import Component, components
@@ -24,7 +25,6 @@ from targets._errors import TargetError
 from targets._names import dns_label
 from targets._yaml import compact_json, dump_yaml
 
-FRONTEND_PORT = 8000
 # vLLM publishes KV events here for the router (Dynamo's KV-routing recipes); DP ranks offset it.
 KV_EVENTS_ENDPOINT = "tcp://*:20080"
 COMPONENT_TYPE = {"prefill": "prefill", "decode": "decode", "aggregated": "worker"}
@@ -34,7 +34,7 @@ DYNAMO_OVERLAP_SCORE_CREDIT = 1.0  # --router-kv-overlap-score-credit default (k
 
 def frontend_args(plan: Plan) -> list[str]:
     routing = plan.routing
-    args = ["--http-port", str(FRONTEND_PORT), "--router-mode", routing.policy]
+    args = ["--http-port", str(ports.FRONTEND_HTTP), "--router-mode", routing.policy]
     if routing.policy == "kv":
         if routing.block_size != plan.serving.block_size:
             raise TargetError(f"routing.block_size {routing.block_size} differs from the engines' "
@@ -111,10 +111,7 @@ def worker_component(plan: Plan, component: Component) -> dict:
     container = _kube.engine_container(plan, component, plan.site.images.dynamo,
                                        ["python3", "-m", "dynamo.vllm"],
                                        worker_args(plan, component), worker_env(plan, component))
-    # Workers register through Dynamo's Kubernetes discovery with the operator's service account
-    # (compiler/site.py security): the token stays mounted, as the operator sets it.
-    spec = _kube.engine_pod_spec(plan, component, container)
-    spec.automount_service_account_token = None
+    spec = _kube.engine_pod_spec(plan, component, container, dynamo=True)
     shm = _kube.component_resources(plan, component).shm_gib
     out = {"name": component.name, "type": COMPONENT_TYPE[component.role],
            "replicas": len(component.instances), **runtime_version(plan),

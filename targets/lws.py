@@ -7,7 +7,8 @@ sends each request to a prefill engine and then a decode engine.
 LWS tells each pod its leader and index (`LWS_LEADER_ADDRESS`, `LWS_WORKER_INDEX`). The leader's
 arguments use Kubernetes' `$(VAR)` expansion; a worker of a data-parallel instance needs its start
 rank, `index x GPUs per node`, so its command is a shell that does the arithmetic. The leaders
-serve the OpenAI API on API_PORT and carry startup/readiness/liveness probes on vLLM's /health;
+serve the OpenAI API on compiler.ports.ENGINE_API and carry startup/readiness/liveness probes on
+vLLM's /health;
 headless workers run no HTTP server, so they have none (as Dynamo's operator does).
 """
 
@@ -35,6 +36,7 @@ from kubernetes.client import (
     V1ServiceSpec,
 )
 
+from compiler import ports
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
@@ -46,8 +48,6 @@ from targets._shell import exec_command
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # Kubernetes expansion in the leader's args
 WORKER_LEADER_ADDRESS = "${LWS_LEADER_ADDRESS}"  # shell expansion in a worker's script
 WORKER_INDEX = "${LWS_WORKER_INDEX}"
-API_PORT = 8000  # `vllm serve` default
-ROUTER_PORT = 8000
 PROBE_PERIOD_S = 10
 # assumed: after the engine core is ready, the API server loads the tokenizer and binds; the
 # startup probe waits this long past VLLM_ENGINE_READY_TIMEOUT_S, so the engine's own timeout
@@ -64,7 +64,7 @@ def _engine_command(plan: Plan) -> list[str]:
 
 
 def leader_args(plan: Plan, component: Component) -> list[str]:
-    return [*engine_args(plan, component), "--port", str(API_PORT), *parser_flags(plan),
+    return [*engine_args(plan, component), "--port", str(ports.ENGINE_API), *parser_flags(plan),
             *multinode_flags(component, node_rank="0", start_rank="0", leader=LEADER_ADDRESS,
                              leader_node=True)]
 
@@ -100,7 +100,7 @@ def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
     container = _kube.engine_container(plan, component, plan.site.images.vllm, command, args,
                                        env, [shm_mount])
     if leader:
-        container.ports = [V1ContainerPort(name="http", container_port=API_PORT)]
+        container.ports = [V1ContainerPort(name="http", container_port=ports.ENGINE_API)]
         for name, probe in _probes(plan).items():
             setattr(container, name, probe)
     spec = _kube.engine_pod_spec(plan, component, container, [shm_volume])
@@ -149,7 +149,7 @@ def leader_service(plan: Plan, component: Component) -> dict:
         metadata=_kube.metadata(plan, leader_service_name(plan, component), component.name),
         spec=V1ServiceSpec(selector={LWS_NAME_LABEL: lws_name(plan, component),
                                      LWS_INDEX_LABEL: "0"},
-                           ports=[V1ServicePort(name="http", port=API_PORT,
+                           ports=[V1ServicePort(name="http", port=ports.ENGINE_API,
                                                 target_port="http")])))
 
 
@@ -166,13 +166,13 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
     ns = plan.serving.namespace
     selector = _kube.labels(plan, "router")
     args = ["--vllm-pd-disaggregation", "--service-discovery",
-            "--service-discovery-namespace", ns, "--service-discovery-port", str(API_PORT)]
+            "--service-discovery-namespace", ns, "--service-discovery-port", str(ports.ENGINE_API)]
     for flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
         args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}"]
-    args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    args += ["--host", "0.0.0.0", "--port", str(ports.ROUTER_HTTP)]
     container = V1Container(
         name="router", image=image, command=["vllm-router"], args=args,
-        ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
+        ports=[V1ContainerPort(name="http", container_port=ports.ROUTER_HTTP)],
         resources=_kube.requirements(plan, plan.site.frontend),
         security_context=_kube.security_context(plan, "router"))
     pod = V1PodSpec(service_account_name=name, containers=[container],
@@ -198,7 +198,7 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
                                                     spec=pod))),
         V1Service(api_version="v1", kind="Service", metadata=meta,
                   spec=V1ServiceSpec(selector=selector, ports=[
-                      V1ServicePort(name="http", port=ROUTER_PORT, target_port="http")])))]
+                      V1ServicePort(name="http", port=ports.ROUTER_HTTP, target_port="http")])))]
 
 
 def emit(plan: Plan) -> dict[str, str]:

@@ -8,46 +8,36 @@ every node but the leader.
 
 import shlex
 
-from compiler.plan import Plan
+from compiler.plan import Plan, RankGroup
 from targets._components import Component, components
 from targets._engine import engine_args, engine_env, multinode_flags, parser_flags
 from targets._mooncake import client_config_path, pool_enabled
 from targets._shell import exec_command
 from targets._site import cache_env
-from targets._topology import RankGroup, rank_groups
 
 ENGINE = ("vllm", "serve")
-API_PORT = 8000  # `vllm serve` default
-NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT default (vllm/envs.py)
-
-
-def slot(group: RankGroup) -> int:
-    """The instance's place on its host: the CUDA index of its first GPU there. Instances that
-    share a host (two DEP2 on a tray) bind ports offset by it, so none binds another's."""
-    return group.device_indices[0]
 
 
 def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: RankGroup
                  ) -> list[str]:
-    api = ["--port", str(API_PORT + slot(group))] if group.is_leader else []
+    """The host ports are the plan's (compiler.deploy: offset so that instances sharing a host
+    bind none of each other's)."""
+    api = ["--port", str(group.api_port)] if group.api_port is not None else []
     return [*engine_args(plan, component), *api, *parser_flags(plan),
             *multinode_flags(component, node_rank=str(group.index),
                              start_rank=str(group.first_rank), leader=leader.node_name,
-                             leader_node=group.is_leader, port_offset=slot(leader))]
+                             leader_node=group.is_leader, dp_rpc_port=leader.dp_rpc_port,
+                             master_port=leader.master_port)]
 
 
 def launch_env(plan: Plan, component: Component, group: RankGroup) -> dict[str, str]:
-    """NIXL listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the rank's DP index
-    (nixl/base_scheduler.py): the base makes each rank's port its GPU's index above 5600. The
-    listener is the scheduler's: a headless node of a TP / PP instance runs workers only
-    (entrypoints/cli/serve.py), so it gets no port."""
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.device_indices)),
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, group.cuda_devices)),
            # NIXL's handshake address: what decode engines dial to pull this node's KV.
            "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
            **cache_env(plan),
            **engine_env(plan, component)}
-    if group.is_leader or component.instances[0].dp > 1:
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(NIXL_PORT + slot(group) - group.first_rank)
+    if group.nixl_port is not None:
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(group.nixl_port)
     if pool_enabled(plan):
         env["MOONCAKE_CONFIG_PATH"] = client_config_path(group.node_name)
     return dict(sorted(env.items()))
@@ -81,7 +71,7 @@ def emit(plan: Plan) -> dict[str, str]:
     files = {}
     for component in components(plan):
         for instance in component.instances:
-            groups = rank_groups(plan, instance)
+            groups = tuple(instance.rank_groups)
             for group in groups:
                 files[f"vllm/{instance.id}/{group.tray}.sh"] = script(
                     plan, component, instance.id, groups, group)

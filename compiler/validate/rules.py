@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from compiler import ports
 from compiler.plan import Plan
 from compiler.validate import bundle, placement, pods, workloads
 from compiler.validate.finding import Finding
@@ -202,16 +203,16 @@ def _rule_for(resource: str, plan: Plan) -> str | None:
 
 def _engine_ports(e: Engine) -> set[int]:
     """The ports an engine process binds on its host (see the module docstring)."""
-    ports = set()
+    bound = set()
     if not e.has("--headless"):
-        ports.add(_int(e.flag("--port"), 8000))
+        bound.add(_int(e.flag("--port"), ports.ENGINE_API))
     schedules = not e.has("--headless") or _int(e.flag("--data-parallel-size"), 1) > 1
     if schedules and any(c.get("kv_connector") in NIXL for c in e.connectors()):
-        base = _int(e.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT"), 5600)
+        base = _int(e.env.get("VLLM_NIXL_SIDE_CHANNEL_PORT"), ports.NIXL_SIDE_CHANNEL)
         start = _int(e.flag("--data-parallel-start-rank"), 0)
         local = _int(e.flag("--data-parallel-size-local"), 0) or _local_ranks(e)
-        ports |= {base + start + i for i in range(local)}
-    return ports
+        bound |= {base + start + i for i in range(local)}
+    return bound
 
 
 def _local_ranks(e: Engine) -> int:
@@ -279,9 +280,9 @@ def undeclared_ports(ctx: Context) -> list[Finding]:
     for b in ctx.bundles:
         hidden = [(g, _bound_ports(g, b.engines) - _declared_ports(g)) for g in b.groups
                   if g.pods]
-        for i, (g, ports) in enumerate(hidden):
+        for i, (g, held) in enumerate(hidden):
             for h, theirs in hidden[i:]:
-                both = sorted(ports & theirs)
+                both = sorted(held & theirs)
                 if not both or (h is g and g.pods < 2):
                     continue
                 node = _can_share(g, h, ctx.nodes, ctx.plan)
@@ -370,9 +371,9 @@ def script_ports(ctx: Context) -> list[Finding]:
         node = next((t.node_name for t in ctx.plan.hardware.trays if t.id == tray), tray)
         by_node.setdefault(node, []).append((e, _engine_ports(e)))
     for node, running in sorted(by_node.items()):
-        for i, (e, ports) in enumerate(running):
+        for i, (e, held) in enumerate(running):
             for other, theirs in running[:i]:
-                both = sorted(ports & theirs)
+                both = sorted(held & theirs)
                 if both:
                     out.append(Finding("host-ports-per-node", e.file, 1, e.file,
                                        f"ports of its own on node {node}",

@@ -99,6 +99,9 @@ def test_a_kept_instance_of_a_shape_the_deployment_cannot_run_is_refused():
     doc = PLAN.model_dump(mode="json")
     doc["instances"][0].update(shape="TP1", dp=1, tp=1, ep=1, pp=1,
                                gpus=FIRST.gpus[:1], trays=FIRST.trays[:1])
+    doc["instances"][0]["rank_groups"] = [{**doc["instances"][0]["rank_groups"][0],
+                                           "gpus": FIRST.gpus[:1],
+                                           "cuda_devices": FIRST.rank_groups[0].cuda_devices[:1]}]
     doc["instances"][0].pop("stage_layers", None)
     base = load_plan(yaml.safe_dump(doc, sort_keys=False))  # consistent in itself
     with pytest.raises(CompileError) as info:

@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import api, catalog, site
+from compiler import api, catalog, deploy, site
 from compiler.memory import GpuBudget
 from compiler.plan import (
     DomainMemory,
@@ -176,7 +176,8 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
          tray_dram_gib: float) -> Plan:
     per_gpu = hardware.domains_per_gpu
     memory = memory_map(placed, per_gpu)
-    instances = sorted((i for i, _ in placed), key=lambda i: i.id)
+    instances = deploy.with_rank_groups(hardware.trays,
+                                        sorted((i for i, _ in placed), key=lambda i: i.id))
     shards = [s for i in instances if i.engram == "hbm"
               for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})

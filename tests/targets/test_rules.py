@@ -105,16 +105,6 @@ def test_refuses_another_vllm_version():
         TARGETS["dynamo"](plan_with(plan, serving=serving))
 
 
-def test_refuses_ranks_that_interleave_trays():
-    plan = vr_nvl72_plan()
-    decode = plan.instance("decode-00")
-    gpus = [decode.gpus[4], *decode.gpus[:4], *decode.gpus[5:]]
-    instances = [i if i.id != "decode-00" else i.model_copy(update={"gpus": gpus})
-                 for i in plan.instances]
-    with pytest.raises(TargetError, match="contiguous"):
-        TARGETS["lws"](plan_with(plan, instances=instances))
-
-
 def test_refuses_a_router_block_size_unlike_the_engines():
     plan = hgx_h200_plan()
     routing = plan.routing.model_copy(update={"block_size": 32})

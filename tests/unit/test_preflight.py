@@ -14,11 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 VR = ROOT / "examples" / "vr-nvl72-deepseek-v4.1-flash"
 
 
-def _plan(tmp_path: Path, images: dict | None = None):
+def _plan(tmp_path: Path, images: dict | None = None, serving: dict | None = None):
     for name in ("rack.yaml", "deployment.yaml"):
         doc = yaml.safe_load((VR / name).read_text())
         if name == "deployment.yaml" and images:
             doc["spec"].setdefault("site", {}).setdefault("images", {}).update(images)
+        if name == "deployment.yaml" and serving:
+            doc["spec"].setdefault("serving", {}).update(serving)
         (tmp_path / name).write_text(yaml.safe_dump(doc, sort_keys=False))
     return api.compile(tmp_path / "deployment.yaml", only=()).plan
 
@@ -31,6 +33,18 @@ def stock(tmp_path_factory):
 def test_the_stock_dynamo_runtime_carries_another_vllm(stock):
     [n] = [n for n in notices(stock) if n.path == "site.images.dynamo"]
     assert "0.31.0" in n.problem and stock.serving.vllm_version in n.problem
+
+
+def test_nccl_of_groups_spanning_nodes_is_named_until_the_user_sets_the_reserve(tmp_path,
+                                                                               stock):
+    """S3-11: the reserve outside --gpu-memory-utilization holds NCCL at a per-GPU figure not
+    measured on 64-rank MNNVL groups: named, with the knob that settles it."""
+    [n] = [n for n in notices(stock) if n.path == "serving.gpu_reserve_gib"]
+    assert "decode-00: 64 ranks" in n.problem and "0.98" in n.problem
+    measured = _plan(tmp_path, serving={"gpu_reserve_gib": 12.0})
+    assert not [n for n in notices(measured) if n.path == "serving.gpu_reserve_gib"]
+    used = {i.gpu_memory_utilization for i in measured.instances}
+    assert used == {0.95}  # (268.2 - 12) / 268.2 = 0.955.., rounded down
 
 
 def test_a_pd_lws_bundle_without_a_router_is_named(stock):
@@ -79,3 +93,15 @@ def test_the_plan_records_them_and_the_report_reads_the_plan(stock):
     quiet = stock.model_copy(update={"notices": []})
     assert "## Before you deploy" not in report.performance_md(quiet)
     assert "W901" not in report.emit(quiet)["report/index.html"]
+
+
+def test_several_shapes_of_a_role_are_one_dynamo_routing_pool(stock):
+    from compiler.plan import Plan
+
+    assert not [n for n in notices(stock) if n.path == "objective.shapes"]  # one shape a role
+    decode = stock.instance("decode-00")
+    other = decode.model_copy(update={"id": "decode-01", "shape": "DEP32"})
+    mixed = Plan.model_validate({**stock.model_dump(), "instances": [
+        i.model_dump() for i in (*stock.instances, other)]})
+    [n] = [n for n in notices(mixed) if n.path == "objective.shapes"]
+    assert "DEP32, DEP64" in n.problem and "decode" in n.problem

@@ -19,7 +19,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --max-num-batched-tokens 330 \
   --max-model-len 32768 \
   --block-size 64 \
-  --gpu-memory-utilization 0.96 \
+  --gpu-memory-utilization 0.95 \
   --kv-cache-dtype fp8 \
   --moe-backend deep_gemm \
   --linear-backend deep_gemm \

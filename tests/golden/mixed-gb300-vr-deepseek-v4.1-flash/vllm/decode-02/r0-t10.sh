@@ -17,7 +17,7 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --max-num-batched-tokens 54 \
   --max-model-len 131072 \
   --block-size 128 \
-  --gpu-memory-utilization 0.98 \
+  --gpu-memory-utilization 0.97 \
   --kv-cache-dtype fp8 \
   --moe-backend flashinfer_trtllm \
   --linear-backend deep_gemm \
