@@ -1,6 +1,7 @@
-"""One door per fact, as imports: the targets read only the plan (`compiler.plan`), the
-validator never runs the compile pipeline (`compiler.api`), and its node model reads the
-plan's capacities, never the catalog."""
+"""One door per fact, as imports: the targets read only the plan (`compiler.plan`, and the
+listening-port table `compiler.ports`, which imports nothing), the validator never runs the
+compile pipeline (`compiler.api`), and its node model reads the plan's capacities, never the
+catalog."""
 
 import ast
 from pathlib import Path
@@ -29,10 +30,18 @@ def _ours(modules: set[str]) -> set[str]:
     return {m for m in modules if m.split(".")[0] in ("compiler", "schemas")}
 
 
+# what targets may import of the compiler: the plan, and the table of ports (constants only)
+TARGETS_READ = ("compiler.plan", "compiler.ports")
+
+
+def test_the_port_table_imports_nothing_of_ours():
+    assert not _ours(_imports(ROOT / "compiler" / "ports.py"))
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "targets").glob("*.py")), ids=lambda p: p.name)
 def test_targets_import_only_the_plan(path: Path):
-    extra = {m for m in _ours(_imports(path))
-             if not (m == "compiler.plan" or m.startswith("compiler.plan."))}
+    extra = {m for m in _ours(_imports(path)) if m != "compiler"
+             and not any(m == r or m.startswith(r + ".") for r in TARGETS_READ)}
     assert not extra, f"{path.name} imports {sorted(extra)}"
 
 
