@@ -7,24 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from compiler import arch, graph
 from compiler.graph import build_graph
 from compiler.ids import next_numbers
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.plan import (
-    PLAN_MAX_BYTES,
     Instance,
     Plan,
     Predicted,
     dump_plan,
-    load_plan,
 )
+from compiler.plan_file import read_plan
 from compiler.precheck import precheck
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
-from schemas.reading import FileProblem, read_regular
-from schemas.source import decode_utf8
 
 if TYPE_CHECKING:
     from compiler.emit_worker import EmitWorker
@@ -92,23 +87,6 @@ def failed_check(error: CompileError) -> dict:
     out: dict = dict.fromkeys(CHECK_KEYS)
     out.update(ok=False, shapes=[], diagnostics=[d.to_dict() for d in error.diagnostics])
     return out
-
-
-def read_plan(path: Path) -> Plan:
-    """A plan.yaml written by `rackc compile`, or a diagnostic."""
-    file = display_name(path)
-    try:
-        text = decode_utf8(read_regular(path, PLAN_MAX_BYTES), file)
-        return load_plan(text, file)
-    except FileProblem as problem:
-        raise CompileError([Diagnostic("error", problem.code, file, 0, 0, "",
-                                       f"{problem.expected} (a plan.yaml)", problem.got,
-                                       "run `rackc compile ... -o OUT` first")]) from None
-    except (ValueError, TypeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0]
-        raise CompileError([Diagnostic("error", "E701", file, 0, 0, "",
-                                       "a plan.yaml written by rackc compile", first,
-                                       "pass OUT/plan.yaml")]) from None
 
 
 def diff_plans(a: Plan, b: Plan) -> list[str]:
@@ -236,6 +214,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     Raises CompileError (exit 2 or 3)."""
     from compiler import prediction
     from compiler.fleet import merge
+    from compiler.preflight import with_notices
     from compiler.targets_registry import targets
     from compiler.validate import rules
 
@@ -258,6 +237,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
                     for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
         plan, fresh = merge(fleet, plans), None
     warnings += [d for group in fleet for d in invented_node_names(group)]
+    plan = with_notices(plan)
     inputs = fleet[0]
     clock["planned"] = time.perf_counter()
     if emitter is not None:

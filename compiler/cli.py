@@ -187,9 +187,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         for line in incremental.survivor_cost(plan, result.fresh_goodput):
             sys.stderr.write(line + "\n")
-    from compiler.preflight import notices
-
-    for notice in notices(plan):
+    for notice in plan.notices:
         if only is None or notice.target in only:
             sys.stderr.write(notice.render() + "\n")
     if args.format == "json":

@@ -49,10 +49,27 @@ def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
         arch=system.arch,
         gpus_per_tray=system.gpus_per_tray, domains_per_gpu=system.domains_per_gpu,
         hbm_gib_per_gpu=system.gpu.hbm_gib.value,
+        dram_gib_per_tray=inputs.resolved.dram_gib_per_tray.value,
+        allocatable_gib_per_tray=_allocatable_gib(inputs),
         rdma_devices_per_tray=inputs.resolved.rdma_devices_per_tray.value,
         node_labels=dict(sorted(spec.node_labels.items())), trays=trays,
         unavailable_gpus=sorted(set(graph.gpus(g)) - set(graph.available_gpus(g)),
                                 key=natural))
+
+
+def _allocatable_gib(inputs: Inputs) -> float:
+    r = inputs.resolved
+    return round(r.dram_gib_per_tray.value - r.host_reserved_gib.value, 3)  # as the reserve
+
+
+def _allocatable_decision(inputs: Inputs) -> Decision:
+    r = inputs.resolved
+    return Decision(path="hardware.allocatable_gib_per_tray", value=f"{_allocatable_gib(inputs):g}",
+                    source="rule:node-allocatable",
+                    why=f"the tray's DRAM ({r.dram_gib_per_tray.value:g} GiB, "
+                        f"{r.dram_gib_per_tray.path}) less the node reserve "
+                        f"({r.host_reserved_gib.value:g} GiB, {r.host_reserved_gib.path}): what "
+                        "the scheduler hands to pods")
 
 
 def _model(inputs: Inputs) -> ModelInfo:
@@ -271,7 +288,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances,
-                                   made + trimmed + deploy.decisions(instances))
+                                   [*made, *trimmed, *deploy.decisions(instances),
+                                    _allocatable_decision(inputs)])
                          + site.decisions(inputs, site_plan), key=lambda d: d.path),
         site=site_plan,
         parsers=site.parsers(inputs.model_name),

@@ -2,7 +2,10 @@
 
 Model and deployment names carry dots and capitals (deepseek-v4.1-flash); every name a target
 emits goes through `dns_label`, which keeps it readable and, when it must shorten it, stable:
-the cut name ends with 8 hex digits of a hash of the full name, so two long names never collide.
+as cdk8s' `Names.toDnsLabel` does, it trims from the LEFT (the last parts, a component or
+role name, tell objects of one deployment apart; the first, the deployment's name, is the same
+for all of them) and ends with 8 hex digits of a hash of the full name, so two long names
+never collide.
 """
 
 import hashlib
@@ -16,7 +19,8 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def dns_label(*parts: str) -> str:
-    """Joins `parts` with '-', maps every other character to '-', shortens with a hash."""
+    """Joins `parts` with '-', maps every other character to '-', shortens from the left and
+    appends a hash."""
     full = "-".join(p for p in parts if p)
     name = _DASHES.sub("-", _INVALID.sub("-", full.lower())).strip("-")
     if not name:
@@ -24,4 +28,5 @@ def dns_label(*parts: str) -> str:
     if len(name) <= MAX_LABEL:
         return name
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_HEX]
-    return f"{name[: MAX_LABEL - _HASH_HEX - 1].rstrip('-')}-{digest}"
+    tail = name[len(name) - (MAX_LABEL - _HASH_HEX - 1):].lstrip("-")
+    return f"{tail}-{digest}"

@@ -58,6 +58,11 @@ class Hardware(Frozen):
     gpus_per_tray: int
     domains_per_gpu: int
     hbm_gib_per_gpu: float
+    # What each tray offers its pods, as the scheduler counts it (the one record of node
+    # capacity: the validator reads these, never the catalog). GPUs: `trays[].gpus` less
+    # `unavailable_gpus`. CPU cores are not recorded: the catalog does not know them.
+    dram_gib_per_tray: float  # the rack's override, else the catalog's
+    allocatable_gib_per_tray: float  # the DRAM less the site's node reserve
     rdma_devices_per_tray: int
     node_labels: dict[str, str]
     trays: list[Tray]
@@ -455,6 +460,20 @@ class Decision(Frozen):
     why: str
 
 
+class Notice(Frozen):
+    """What the site must supply before the bundle serves, that no input says and no object
+    can hold (compiler/preflight.py): printed as W901 by `rackc compile`, listed by the
+    report under "Before you deploy"."""
+
+    path: str  # the input that settles it
+    target: str  # the emitted folder it concerns
+    problem: str
+    hint: str
+
+    def render(self) -> str:
+        return f"warning[W901] {self.target}/ {self.path}: {self.problem}\n  hint: {self.hint}"
+
+
 class FleetGroup(OmitsOptional):
     """One group of the fleet: its own system and trays (a one-system plan: its only group,
     named after the Rack or Cluster). A mixed fleet's group also holds its per-system engine
@@ -507,6 +526,14 @@ class Plan(Frozen):
     decisions: list[Decision]
     site: Site
     parsers: Parsers
+    notices: list[Notice] = []  # set once the plan is whole (compiler.preflight.with_notices)
+
+    @property
+    def prediction(self) -> Predicted:
+        """What the perf model predicts: every plan `rackc compile` writes has it (only the
+        draft that lower hands the perf model has none)."""
+        assert self.predicted is not None, "a draft plan, before the prediction"
+        return self.predicted
 
     def pod_size(self, instance_id: str) -> PodSize:
         return next(p for p in self.site.pods if p.instance == instance_id)
@@ -629,7 +656,7 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     """(field path, expected, got, hint) of each way the plan contradicts itself: instance
     ids unique and of their role, each instance's GPUs known to the hardware, in its trays,
     used by no other instance and as many as its shape runs on."""
-    problems = []
+    problems: list[tuple[tuple, str, str, str]] = []
     tray_of: dict[str, str] = {}
     for n, group in enumerate(plan.hardware.groups):
         for t, tray in enumerate(group.hardware.trays):

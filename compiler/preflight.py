@@ -1,28 +1,26 @@
 """What a bundle needs from the site before it serves, that no input says and no object can
 hold: the images the cluster must provide and what they must contain.
 
-Read off the plan (pure); `rackc compile` prints each as a warning and the report lists them
-under "Before you deploy". None of them stops a compile: the bundle is right, the site has to
-supply its part.
+Read off the plan and the engine catalog (pure), once the plan is whole, and recorded in it
+(`Plan.notices`): `rackc compile` prints each as a warning and the report lists them under
+"Before you deploy", both from the plan. None of them stops a compile: the bundle is right,
+the site has to supply its part.
 """
 
 import re
-from dataclasses import dataclass
 
 from compiler import catalog
 from compiler.ids import gpu_of_domain
-from compiler.plan import Plan
+from compiler.plan import Notice, Plan
 
 
-@dataclass(frozen=True)
-class Notice:
-    path: str  # the input that settles it
-    target: str  # the emitted folder it concerns
-    problem: str
-    hint: str
+def _notice(path: str, target: str, problem: str, hint: str) -> Notice:
+    return Notice(path=path, target=target, problem=problem, hint=hint)
 
-    def render(self) -> str:
-        return f"warning[W901] {self.target}/ {self.path}: {self.problem}\n  hint: {self.hint}"
+
+def with_notices(plan: Plan) -> Plan:
+    """The plan with what its site must supply."""
+    return plan.model_copy(update={"notices": notices(plan)})
 
 
 def notices(plan: Plan) -> list[Notice]:
@@ -30,13 +28,13 @@ def notices(plan: Plan) -> list[Notice]:
     dynamo = plan.site.engines["dynamo"]
     worker = catalog.engines().dynamo.worker
     if dynamo.refused:
-        out.append(Notice(
+        out.append(_notice(
             "serving", "k8s",
             f"not emitted (nor dynamo/): {dynamo.refused}",
             f"serve this plan from lws/ or vllm/ (vLLM {plan.serving.vllm_version} runs the "
             "push connector), or compile a prefill without pipeline stages for Dynamo"))
     elif dynamo.vllm != plan.serving.vllm_version:
-        out.append(Notice(
+        out.append(_notice(
             "site.images.dynamo", "k8s",
             f"the workers run vLLM {dynamo.vllm}, the release Dynamo {dynamo.dynamo} imports "
             f"({worker.vllm.source.split(';')[0]}); the plan's engine facts are vLLM "
@@ -47,7 +45,7 @@ def notices(plan: Plan) -> list[Notice]:
             "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))
     disaggregated = {i.role for i in plan.instances} >= {"prefill", "decode"}
     if disaggregated and images.router is None:
-        out.append(Notice(
+        out.append(_notice(
             "site.images.router", "lws",
             "a prefill/decode layout without a router: a request sent to the decode Service is "
             "prefilled by the decode engines, and the prefill instances stay idle",
@@ -56,7 +54,7 @@ def notices(plan: Plan) -> list[Notice]:
                 "P/D)")))
     if plan.kv_pool.enabled:
         wheel = catalog.engines().mooncake.wheel
-        out.append(Notice(
+        out.append(_notice(
             "site.images.vllm", "k8s",
             f"the Mooncake master runs `mooncake_master` from {images.vllm}, and every engine "
             "image imports the `mooncake` package for the store connector",
@@ -78,7 +76,7 @@ def _pool_notices(plan: Plan) -> list[Notice]:
     for role in ("prefill", "decode", "aggregated"):
         shapes = sorted({i.shape for i in plan.instances if i.role == role})
         if len(shapes) > 1:
-            out.append(Notice(
+            out.append(_notice(
                 "objective.shapes", "k8s",
                 f"the {role} instances ({', '.join(shapes)}) are one Dynamo routing pool: its "
                 "router spreads requests by KV overlap and load per worker, while the "
@@ -104,7 +102,7 @@ def _reserve_notices(plan: Plan) -> list[Notice]:
     widest = max(spanning, key=lambda i: len(i.gpus))
     reserved = sum(m.reserved_gib for name, m in plan.memory.items()
                    if gpu_of_domain(name) == widest.gpus[0])
-    return [Notice(
+    return [_notice(
         "serving.gpu_reserve_gib", "vllm",
         f"{len(spanning)} instance(s) span nodes ({widest.id}: {len(widest.gpus)} ranks): "
         f"their NCCL communicators come out of the {reserved:.2f} GiB per GPU left outside "
@@ -120,7 +118,7 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
     site, out = plan.site, []
     why = "; ".join(f"{kind}: {sec.why}" for kind, sec in site.security.items()
                     if sec.level != "restricted")
-    out.append(Notice(
+    out.append(_notice(
         "site.security", "k8s",
         f"the namespace enforces Pod Security {site.pod_security_level}"
         + (f" for the engine pods ({why})" if why else "") + "; every pod without GPUs meets "
@@ -128,13 +126,13 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
         "label the namespace yourself only if your policy allows that level; nothing else "
         "runs privileged"))
     if site.model_cache.kind == "pvc":
-        out.append(Notice(
+        out.append(_notice(
             "site.model_cache.pvc", "k8s",
             f"the engines write the Hugging Face cache into PVC {site.model_cache.source}",
             "make it ReadWriteMany and writable by UID 1000 GID 0 (Dynamo's runtime user) "
             "and by root (the vLLM image)"))
     if plan.kv_pool.enabled:
-        out.append(Notice(
+        out.append(_notice(
             "site", "k8s",
             "one Mooncake master (Recreate) holds the metadata of the whole pool "
             f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
@@ -142,12 +140,12 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "keep both off nodes that are drained while serving; the pool refills from "
             "prefill"))
         if site.rdma.transport == "rdma" and not site.rdma.hca_names:
-            out.append(Notice(
+            out.append(_notice(
                 "site.rdma.hca_names", "k8s",
                 "Mooncake clients discover their HCAs (device_name \"\"): on multi-rail trays "
                 "they may pick ones without a route to the peers",
                 "list the HCAs every engine pod sees in site.rdma.hca_names"))
-        out.append(Notice(
+        out.append(_notice(
             "site.images.vllm", "vllm",
             "the launch scripts' Mooncake client files name the master by its Kubernetes "
             "Service, and read /etc/mooncake/<node>.json and the model cache at "
@@ -157,7 +155,7 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
     if plan.mixed:
         shares = ", ".join(f"{g.name} {g.predicted.requests_per_s:g} requests/s"
                            for g in plan.hardware.groups if g.predicted)
-        out.append(Notice(
+        out.append(_notice(
             "cluster", "k8s",
             "each group has its own Dynamo graph and frontend (`rackc explain PLAN "
             "routing.groups`): requests are routed within the group whose frontend they reach",

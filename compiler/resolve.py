@@ -293,7 +293,7 @@ def _workload(dep: DeploymentV1) -> tuple[Choice[float], ...]:
     images = given.images_per_request * (given.tokens_per_image or 0)
     out = []
     for name in WORKLOAD_FIELDS:
-        value = getattr(given, name, None)
+        value = getattr(given, name)
         fact = getattr(profile, name)
         choice = Choice(f"workload.{name}", float(value), "user", "written in the deployment") \
             if value is not None else Choice(f"workload.{name}", float(fact.value), "catalog",

@@ -124,7 +124,9 @@ def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: floa
     memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB
                          + instance.cpu_offload_gib) + engram
     rdma = cfg.rdma.transport == "rdma"
-    devices = math.ceil(hardware.rdma_devices_per_tray * per_node / hardware.gpus_per_tray)
+    # the pod's share of the tray's devices, rounded down so that the pods of a tray together
+    # ask no more than it has; at least one (fewer devices than pods: E824 refuses the bundle)
+    devices = max(1, hardware.rdma_devices_per_tray * per_node // hardware.gpus_per_tray)
     registers = rdma and (bool(pool) or instance.role != "aggregated")
     return PodSize(
         instance=instance.id, pool_bytes_per_rank=per_rank, engram_host_gib=round(engram, 3),

@@ -1,6 +1,6 @@
 """Shared building blocks: strict frozen models, the document envelope, common field types."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,15 +15,16 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PATH_MAX = 4096  # bytes, Linux
 
 
-def count(most: int | float, least: int = 1) -> object:
-    """An integer count or size in [least, most]: every number users write is bounded by its
-    domain, so nothing downstream meets 1e308 or a 5000-digit integer."""
-    return Annotated[int, Field(ge=least, le=most)]
+def bounded(most: int | float, least: int = 1) -> Any:
+    """`Annotated[int, bounded(most)]`: an integer count or size in [least, most]: every number
+    users write is bounded by its domain, so nothing downstream meets 1e308 or a 5000-digit
+    integer. (A Field, not the Annotated type, so that type checkers read the annotation.)"""
+    return Field(ge=least, le=most)
 
 
-def amount(most: float) -> object:
-    """A positive finite number of at most `most`."""
-    return Annotated[float, Field(gt=0, le=most)]
+def positive(most: float) -> Any:
+    """`Annotated[float, positive(most)]`: a positive finite number of at most `most`."""
+    return Field(gt=0, le=most)
 
 
 NonNegativeInt = Annotated[int, Field(ge=0)]

@@ -10,8 +10,8 @@ from schemas.base import (
     Metadata,
     Name,
     StrictModel,
-    amount,
-    count,
+    bounded,
+    positive,
 )
 from schemas.site import Site
 
@@ -29,24 +29,28 @@ class Workload(StrictModel):
     """A catalog profile, with any of its parameters overridden."""
 
     profile: Literal["fixed", "chat", "agentx"]
-    isl: count(TOKENS) | None = Field(None, description="Mean input tokens per request")
-    osl: count(TOKENS) | None = Field(None, description="Mean output tokens per request")
+    isl: Annotated[int, bounded(TOKENS)] | None = Field(
+        None, description="Mean input tokens per request")
+    osl: Annotated[int, bounded(TOKENS)] | None = Field(
+        None, description="Mean output tokens per request")
     isl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
         None, description="Coefficient of variation of input lengths (0: all alike)")
     osl_cv: Annotated[float, Field(ge=0, le=10)] | None = Field(
         None, description="Coefficient of variation of output lengths (0: all alike)")
-    concurrency: count(1 << 20) | None = Field(None, description="Requests in flight")
+    concurrency: Annotated[int, bounded(1 << 20)] | None = Field(
+        None, description="Requests in flight")
     prefix_reuse: Fraction | None = Field(
         None, description="Share of input tokens that repeat an earlier request's prefix"
     )
-    shared_prefix_tokens: count(TOKENS) | None = Field(
+    shared_prefix_tokens: Annotated[int, bounded(TOKENS)] | None = Field(
         None, description="Distinct prefix tokens per session (the pool's working set)"
     )
-    sessions: count(1 << 20) | None = Field(None, description="Concurrent sessions")
+    sessions: Annotated[int, bounded(1 << 20)] | None = Field(
+        None, description="Concurrent sessions")
     images_per_request: Annotated[float, Field(ge=0, le=4096)] = Field(
         0, description="Mean images per request; 0: text only (a model's vision tower is then "
                        "not loaded, vLLM --language-model-only)")
-    tokens_per_image: count(TOKENS) | None = Field(
+    tokens_per_image: Annotated[int, bounded(TOKENS)] | None = Field(
         None, description="Mean prompt tokens one image becomes (its patches / merge^2); "
                           "needed with images_per_request, at most the model's cap")
 
@@ -88,15 +92,15 @@ class Objective(StrictModel):
 
 
 class Slo(StrictModel):
-    tokens_per_s_per_user_p50: amount(10_000) | None = None
-    tokens_per_s_per_user_p90: amount(10_000) | None = None
-    ttft_ms_p50: amount(3_600_000) | None = None  # an hour
-    ttft_ms_p90: amount(3_600_000) | None = None
+    tokens_per_s_per_user_p50: Annotated[float, positive(10_000)] | None = None
+    tokens_per_s_per_user_p90: Annotated[float, positive(10_000)] | None = None
+    ttft_ms_p50: Annotated[float, positive(3_600_000)] | None = None  # an hour
+    ttft_ms_p90: Annotated[float, positive(3_600_000)] | None = None
 
 
 class Speculative(StrictModel):
     method: Literal["dspark", "mtp", "eagle3"]
-    draft_tokens: count(16)
+    draft_tokens: Annotated[int, bounded(16)]
     acceptance: float = Field(ge=1, le=17,
         description="Mean tokens emitted per verification step (accepted drafts + 1)"
     )
@@ -133,7 +137,7 @@ class WeightOffload(StrictModel):
     backend): the kernels read them over the GPU-CPU link (NVLink-C2C or PCIe) in every
     forward pass, so a model too large for HBM still fits, at the link's speed."""
 
-    gib_per_gpu: amount(4096) = Field(
+    gib_per_gpu: Annotated[float, positive(4096)] = Field(
         description="Weights per GPU kept in host memory (at most what the GPU holds)")
     experts_only: bool = Field(
         False, description="Offload only routed-expert weights (vLLM --cpu-offload-params "
@@ -144,7 +148,7 @@ class Serving(StrictModel):
     speculative: Speculative | None = None
     checkpoint: Checkpoint | None = None
     weight_offload: WeightOffload | None = None
-    redundant_experts: count(4096, least=0) | None = Field(
+    redundant_experts: Annotated[int, bounded(4096, least=0)] | None = Field(
         None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
                           "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")
     kv_cache_dtype: Literal["fp8", "bf16"] | None = Field(None, description="Default: the model's")
@@ -153,7 +157,8 @@ class Serving(StrictModel):
     routing: Routing = Routing()
     block_size: BlockSize | None = Field(
         None, description="KV block in tokens. Default: the attention backend's kernel block")
-    max_model_len: count(TOKENS) | None = Field(None, description="Default: the model's context")
+    max_model_len: Annotated[int, bounded(TOKENS)] | None = Field(
+        None, description="Default: the model's context")
     gpu_reserve_gib: Annotated[float, Field(gt=0, le=64)] | None = Field(
         None, description="GiB per GPU left outside --gpu-memory-utilization for what the "
                           "engine allocates before its memory check (CUDA context, NCCL "

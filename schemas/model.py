@@ -1,6 +1,6 @@
 """`Model`: the architecture numbers the compiler needs, and the dtypes it is served in."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -8,7 +8,7 @@ from schemas.base import (
     Fraction,
     Metadata,
     StrictModel,
-    count,
+    bounded,
 )
 
 Dtype = Literal["fp4", "fp8", "bf16"]
@@ -24,10 +24,10 @@ TOKENS = 1 << 24
 class Indexer(StrictModel):
     """Sparse-attention indexer (DSA): each query attends to its top-k tokens only."""
 
-    heads: count(HEADS)
-    head_dim: count(HEAD_DIM)
-    topk: count(TOKENS)
-    source_layers: list[count(LAYERS, least=0)] | None = Field(
+    heads: Annotated[int, bounded(HEADS)]
+    head_dim: Annotated[int, bounded(HEAD_DIM)]
+    topk: Annotated[int, bounded(TOKENS)]
+    source_layers: list[Annotated[int, bounded(LAYERS, least=0)]] | None = Field(
         None, max_length=LAYERS,
         description="Layers that run an indexer (DeepSeek V4.1 index_source_layer_ids); "
                     "the rest reuse the latest one below them. None: every layer")
@@ -38,12 +38,13 @@ class KvSharing(StrictModel):
     layers with a compression ratio also attend over compressed latents (one per `ratio`
     tokens), which only the `source_layers` write and every later layer reads."""
 
-    compress_ratios: list[count(128, least=0)] = Field(
+    compress_ratios: list[Annotated[int, bounded(128, least=0)]] = Field(
         max_length=LAYERS, description="Per layer: 0 window only, r one latent per r tokens")
-    source_layers: list[count(LAYERS, least=0)] = Field(
+    source_layers: list[Annotated[int, bounded(LAYERS, least=0)]] = Field(
         min_length=1, max_length=LAYERS, description="Layers that compress and write the KV")
-    o_lora_rank: count(WIDTH) = Field(description="Grouped output projection's rank per group")
-    o_groups: count(HEADS)
+    o_lora_rank: Annotated[int, bounded(WIDTH)] = Field(
+        description="Grouped output projection's rank per group")
+    o_groups: Annotated[int, bounded(HEADS)]
     decoder_replay: bool = Field(
         False, description="Prefill runs the layers from the last KV source on only each "
                            "request's trailing window (vLLM SWA bounded replay)")
@@ -52,28 +53,32 @@ class KvSharing(StrictModel):
 class Attention(StrictModel):
     kind: Literal["mla", "gqa", "mha", "csa"] = Field(
         description="csa: DeepSeek V4's compressed sparse attention, one shared KV head")
-    heads: count(HEADS)
-    kv_heads: count(HEADS)
-    head_dim: count(HEAD_DIM) = Field(description="Query/key head dim (MLA: nope + rope)")
-    v_head_dim: count(HEAD_DIM) | None = None
-    q_lora_rank: count(WIDTH) | None = None
-    kv_lora_rank: count(WIDTH) | None = Field(None, description="MLA latent width")
-    qk_rope_head_dim: count(HEAD_DIM) | None = None
+    heads: Annotated[int, bounded(HEADS)]
+    kv_heads: Annotated[int, bounded(HEADS)]
+    head_dim: Annotated[int, bounded(HEAD_DIM)] = Field(
+        description="Query/key head dim (MLA: nope + rope)")
+    v_head_dim: Annotated[int, bounded(HEAD_DIM)] | None = None
+    q_lora_rank: Annotated[int, bounded(WIDTH)] | None = None
+    kv_lora_rank: Annotated[int, bounded(WIDTH)] | None = Field(
+        None, description="MLA latent width")
+    qk_rope_head_dim: Annotated[int, bounded(HEAD_DIM)] | None = None
     indexer: Indexer | None = None
-    sliding_window: count(TOKENS) | None = Field(None, description="Window of the sliding layers")
-    sliding_layers: count(LAYERS, least=0) = Field(0, description="How many layers use the window")
+    sliding_window: Annotated[int, bounded(TOKENS)] | None = Field(
+        None, description="Window of the sliding layers")
+    sliding_layers: Annotated[int, bounded(LAYERS, least=0)] = Field(
+        0, description="How many layers use the window")
     kv_sharing: KvSharing | None = None
 
 
 class Moe(StrictModel):
-    experts: count(4096)
-    top_k: count(4096)
-    shared_experts: count(64, least=0) = 0
-    expert_intermediate: count(WIDTH)
+    experts: Annotated[int, bounded(4096)]
+    top_k: Annotated[int, bounded(4096)]
+    shared_experts: Annotated[int, bounded(64, least=0)] = 0
+    expert_intermediate: Annotated[int, bounded(WIDTH)]
     shared_expert_layer_fraction: Fraction = Field(
         1.0, description="Share of MoE layers whose sub-layer ends with the shared expert"
     )
-    redundant_experts: count(4096, least=0) = Field(
+    redundant_experts: Annotated[int, bounded(4096, least=0)] = Field(
         0, description="Extra replicas of routed experts spread over the EP ranks (EPLB), so "
                        "that experts + redundant divide by the EP size; a Deployment's "
                        "serving.redundant_experts sets it")
@@ -87,11 +92,12 @@ class Moe(StrictModel):
 class Engram(StrictModel):
     """Hashed n-gram lookup tables read at every step (DeepSeek V4.1), one per Engram layer."""
 
-    rows: list[count(1 << 40)] = Field(min_length=1, max_length=1024,
+    rows: list[Annotated[int, bounded(1 << 40)]] = Field(min_length=1, max_length=1024,
                                        description="engram_num_embeddings, one per table")
-    head_dim: count(HEAD_DIM)
-    heads: count(HEADS)
-    max_ngram: count(16) = Field(description="Largest n-gram order (orders 2..max_ngram)")
+    head_dim: Annotated[int, bounded(HEAD_DIM)]
+    heads: Annotated[int, bounded(HEADS)]
+    max_ngram: Annotated[int, bounded(16)] = Field(
+        description="Largest n-gram order (orders 2..max_ngram)")
 
     @property
     def tables(self) -> int:
@@ -107,11 +113,12 @@ class Draft(StrictModel):
     """Built-in draft model for speculative decoding (MTP / DSpark layers)."""
 
     method: Literal["mtp", "dspark", "eagle3"]
-    layers: count(16) = 1
-    experts: count(4096) | None = Field(None, description="Routed experts per draft layer "
+    layers: Annotated[int, bounded(16)] = 1
+    experts: Annotated[int, bounded(4096)] | None = Field(
+        None, description="Routed experts per draft layer "
                                                            "(default: the target's)")
-    top_k: count(4096) | None = None
-    target_layers: count(16, least=0) = Field(
+    top_k: Annotated[int, bounded(4096)] | None = None
+    target_layers: Annotated[int, bounded(16, least=0)] = Field(
         0, description="Target layers whose hidden states the draft reads (main projection)")
 
 
@@ -119,19 +126,23 @@ class Vision(StrictModel):
     """The vision tower (ViT blocks, then mergers that fold merge x merge patches into one text
     token); it loads unless vLLM is given --language-model-only."""
 
-    layers: count(LAYERS)
-    hidden_size: count(WIDTH)
-    heads: count(HEADS)
-    intermediate: count(WIDTH)
+    layers: Annotated[int, bounded(LAYERS)]
+    hidden_size: Annotated[int, bounded(WIDTH)]
+    heads: Annotated[int, bounded(HEADS)]
+    intermediate: Annotated[int, bounded(WIDTH)]
     mlp: Literal["swiglu", "gelu"] = Field(description="Gated (3 matrices) or plain (2) MLP")
-    patch: count(HEAD_DIM)
-    temporal_patch: count(16) = Field(1, description="Frames per patch (video-capable towers)")
-    position_embeddings: count(1 << 20, least=0) = Field(
+    patch: Annotated[int, bounded(HEAD_DIM)]
+    temporal_patch: Annotated[int, bounded(16)] = Field(
+        1, description="Frames per patch (video-capable towers)")
+    position_embeddings: Annotated[int, bounded(1 << 20, least=0)] = Field(
         0, description="Learned position table rows (0: rotary positions only)")
-    merge: count(16) = Field(description="Spatial merge: merge x merge patches a token")
-    mergers: count(64) = Field(1, description="Patch mergers (Qwen3-VL: 1 + deepstack levels)")
-    merger_hidden: count(WIDTH) = Field(description="Width of a merger's two-layer MLP")
-    max_tokens_per_image: count(TOKENS) | None = Field(
+    merge: Annotated[int, bounded(16)] = Field(
+        description="Spatial merge: merge x merge patches a token")
+    mergers: Annotated[int, bounded(64)] = Field(
+        1, description="Patch mergers (Qwen3-VL: 1 + deepstack levels)")
+    merger_hidden: Annotated[int, bounded(WIDTH)] = Field(
+        description="Width of a merger's two-layer MLP")
+    max_tokens_per_image: Annotated[int, bounded(TOKENS)] | None = Field(
         None, description="The processor's cap on one image's tokens")
 
 
@@ -151,17 +162,19 @@ class ModelSpec(StrictModel):
                               description="HF architecture, e.g. DeepseekV3ForCausalLM")
     hf_id: str = Field(max_length=256,
                        description="What `vllm serve` is given, e.g. deepseek-ai/DeepSeek-V3")
-    hidden_size: count(WIDTH)
-    layers: count(LAYERS)
-    dense_layers: count(LAYERS, least=0) = Field(0, description="Leading layers with a dense FFN")
-    dense_intermediate: count(WIDTH, least=0) = 0
-    vocab_size: count(1 << 22)
+    hidden_size: Annotated[int, bounded(WIDTH)]
+    layers: Annotated[int, bounded(LAYERS)]
+    dense_layers: Annotated[int, bounded(LAYERS, least=0)] = Field(
+        0, description="Leading layers with a dense FFN")
+    dense_intermediate: Annotated[int, bounded(WIDTH, least=0)] = 0
+    vocab_size: Annotated[int, bounded(1 << 22)]
     tie_embeddings: bool = False
-    max_context_tokens: count(TOKENS)
+    max_context_tokens: Annotated[int, bounded(TOKENS)]
     attention: Attention
     moe: Moe | None = None
     engram: Engram | None = None
-    mhc_routes: count(64) | None = Field(None, description="Hyper-connection residual routes")
+    mhc_routes: Annotated[int, bounded(64)] | None = Field(
+        None, description="Hyper-connection residual routes")
     draft: Draft | None = None
     vision: Vision | None = None
     dtypes: Dtypes

@@ -11,8 +11,8 @@ from schemas.base import (
     Metadata,
     Name,
     StrictModel,
-    amount,
-    count,
+    bounded,
+    positive,
 )
 
 # GPU Feature Discovery: `nvidia.com/gpu.clique` = "<NVLink cluster UUID>.<clique id>".
@@ -27,14 +27,14 @@ MAX_NODES = 576  # HGX nodes of one cluster: the 4608 GPUs of 64 NVL72 racks
 class Unavailable(StrictModel):
     """Hardware to leave out: whole trays (HGX: nodes) by index, single GPUs by id `r0-t07-g2`."""
 
-    trays: list[count(MAX_RACKS * 18 - 1, least=0)] = Field(default_factory=list)
+    trays: list[Annotated[int, bounded(MAX_RACKS * 18 - 1, least=0)]] = Field(default_factory=list)
     gpus: list[GpuId] = Field(default_factory=list)
 
 
 class HardwareSpec(StrictModel):
     system: str = Field(max_length=64,
                         description="Catalog system, e.g. vera-rubin-nvl72, gb300-nvl72, hgx-h200")
-    trays: count(MAX_NODES) | None = Field(
+    trays: Annotated[int, bounded(MAX_NODES)] | None = Field(
         None, description="Compute trays per rack (HGX: nodes); default: the system's full count"
     )
     node_names: list[Name] | None = Field(
@@ -48,9 +48,11 @@ class HardwareSpec(StrictModel):
         default_factory=dict, description="Extra labels every node of this hardware carries"
     )
     unavailable: Unavailable = Unavailable()
-    dram_gib_per_tray: amount(16384) | None = Field(None, description="Override the catalog")
-    nic_gbps_per_gpu: amount(3200) | None = Field(None, description="Override the catalog")
-    rdma_devices_per_tray: count(32) | None = Field(
+    dram_gib_per_tray: Annotated[float, positive(16384)] | None = Field(
+        None, description="Override the catalog")
+    nic_gbps_per_gpu: Annotated[float, positive(3200)] | None = Field(
+        None, description="Override the catalog")
+    rdma_devices_per_tray: Annotated[int, bounded(32)] | None = Field(
         None, description="RDMA NICs exposed to pods per tray (resource rdma/ib); default: GPUs"
     )
 
@@ -76,15 +78,20 @@ class GroupSpec(HardwareSpec):
     groups; its GPU ids continue the rack numbering of the groups before it."""
 
     name: Name = Field(description="Group name, unique in the cluster")
-    racks: count(MAX_RACKS) | None = Field(None, description="NVL72 racks (one NVLink domain each)")
-    nodes: count(MAX_NODES) | None = Field(None, description="HGX nodes (one NVLink domain each)")
+    racks: Annotated[int, bounded(MAX_RACKS)] | None = Field(
+        None, description="NVL72 racks (one NVLink domain each)")
+    nodes: Annotated[int, bounded(MAX_NODES)] | None = Field(
+        None, description="HGX nodes (one NVLink domain each)")
 
 
 class ClusterSpec(HardwareSpec):
-    system: str | None = Field(None, max_length=64,
+    # a Cluster of groups names no system of its own (mypy: a narrower base field)
+    system: str | None = Field(None, max_length=64,  # type: ignore[assignment]
                                description="Catalog system of a one-system cluster (else groups)")
-    racks: count(MAX_RACKS) | None = Field(None, description="NVL72 racks (one NVLink domain each)")
-    nodes: count(MAX_NODES) | None = Field(None, description="HGX nodes (one NVLink domain each)")
+    racks: Annotated[int, bounded(MAX_RACKS)] | None = Field(
+        None, description="NVL72 racks (one NVLink domain each)")
+    nodes: Annotated[int, bounded(MAX_NODES)] | None = Field(
+        None, description="HGX nodes (one NVLink domain each)")
     groups: list[GroupSpec] | None = Field(
         None, min_length=1, max_length=MAX_RACKS,
         description="A mixed fleet: groups of different systems, instead of `system` and the "

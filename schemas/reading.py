@@ -74,7 +74,7 @@ def read_regular(path: str | os.PathLike, cap: int = MAX_BYTES) -> bytes:
             raise problem
         fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        got, hint = _ERRNO.get(exc.errno, (exc.strerror or str(exc), "check the file"))
+        got, hint = _ERRNO.get(exc.errno or 0, (exc.strerror or str(exc), "check the file"))
         raise FileProblem("E001", "a readable file", got, hint) from None
     try:
         problem = _not_regular(os.fstat(fd).st_mode)

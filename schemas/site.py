@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from schemas.base import PATH_MAX, LabelKey, LabelValue, Name, StrictModel, amount, count
+from schemas.base import PATH_MAX, LabelKey, LabelValue, Name, StrictModel, bounded, positive
 
 IMAGE = (r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
          r"((:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$")
@@ -64,11 +64,11 @@ class ModelCache(StrictModel):
     host_path: str | None = Field(None, max_length=PATH_MAX, pattern=ABSOLUTE_PATH,
                                   description="Default /var/cache/rackc/huggingface")
     mount_path: str = Field("/models", max_length=PATH_MAX, pattern=ABSOLUTE_PATH)
-    download_gbytes_per_s: amount(1000.0) = Field(
+    download_gbytes_per_s: Annotated[float, positive(1000.0)] = Field(
         0.5, description="Hub download rate for the first fill (assumed)")
-    read_gbytes_per_s: amount(10000.0) = Field(
+    read_gbytes_per_s: Annotated[float, positive(10000.0)] = Field(
         2.0, description="Aggregate read rate of the cache storage (assumed)")
-    engine_ready_timeout_s: count(7 * 86400) | None = Field(
+    engine_ready_timeout_s: Annotated[int, bounded(7 * 86400)] | None = Field(
         None, description="VLLM_ENGINE_READY_TIMEOUT_S; default: derived from the checkpoint "
                           "size and the two rates")
 
@@ -105,10 +105,11 @@ class HostSizing(StrictModel):
     """Engine pods' CPU and /dev/shm (their memory is the plan's host budget), and the share of
     each tray's memory that pods cannot have."""
 
-    cpu_per_gpu: count(1024) = Field(8, description="Cores per GPU rank (assumed)")
-    shm_gib: amount(65536.0) = Field(
+    cpu_per_gpu: Annotated[int, bounded(1024)] = Field(
+        8, description="Cores per GPU rank (assumed)")
+    shm_gib: Annotated[float, positive(65536.0)] = Field(
         8.0, description="/dev/shm besides shared Engram tables (the Dynamo operator's default)")
-    reserved_gib_per_tray: amount(65536.0) | None = Field(
+    reserved_gib_per_tray: Annotated[float, positive(65536.0)] | None = Field(
         None, description="Host memory of a tray the scheduler does not give to pods: its "
                           "capacity less its allocatable (kube-reserved, system-reserved, the "
                           "eviction threshold) less what the GPU nodes' DaemonSets request "

@@ -1,6 +1,9 @@
 """Turn a loaded document into a typed model, translating every pydantic error to a Diagnostic."""
 
+from typing import Any
+
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from schemas import API_VERSION, KINDS
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
@@ -112,7 +115,7 @@ def _model_at(model: type[BaseModel], path: PathKey) -> object:
     return current
 
 
-def _field(model: type[BaseModel], path: PathKey) -> object:
+def _field(model: type[BaseModel], path: PathKey) -> FieldInfo | None:
     """The pydantic FieldInfo at `path` (list indices skipped), or None."""
     names = [p for p in path if not isinstance(p, int)]
     if not names:
@@ -129,7 +132,7 @@ def _is_int_field(model: type[BaseModel], path: PathKey) -> bool:
 
 def _bounds(field: object) -> dict[str, float]:
     """ge/gt/le/lt of a field, from its own metadata or an Annotated type inside its
-    annotation (`count(64) | None`, `list[count(1151)]`)."""
+    annotation (`Annotated[int, bounded(64)] | None`, `list[Annotated[int, bounded(1151)]]`)."""
     found: dict[str, float] = {}
 
     def visit(meta: object) -> None:
@@ -164,7 +167,8 @@ def _submodel(annotation: object) -> object:
 
 def to_diagnostics(exc: ValidationError, doc: Document, model: type[BaseModel]) -> list[Diagnostic]:
     out = []
-    for err in exc.errors(include_url=False):
+    for details in exc.errors(include_url=False):
+        err: dict[str, Any] = dict(details)
         path: PathKey = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
         code = _CODES.get(err["type"], "E103")
         err["integer"] = _is_int_field(model, path)

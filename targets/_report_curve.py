@@ -33,7 +33,7 @@ def _tick(v: float) -> str:
 
 def curve_svg(plan: Plan) -> tuple[str, list[Box]]:
     """The SVG and the boxes of every label it writes."""
-    p = plan.predicted
+    p = plan.prediction
     pts = p.curve
     slo_x = [(c.field[-3:].upper(), c.target) for c in p.slo
              if c.field.startswith("slo.tokens_per_s_per_user_")]

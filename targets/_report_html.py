@@ -3,6 +3,7 @@ script, font or request at view time), its sections in the order a reader needs 
 warnings and assumptions, the decision, the simulated run beside the closed form, the rack
 map, memory per die, the curve, why each decision, and the step breakdown."""
 
+from collections.abc import Set as AbstractSet
 from html import escape
 
 from compiler.plan import Plan, Predicted
@@ -45,8 +46,8 @@ details summary{cursor:pointer;color:#335}
 """
 
 
-def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset(),
-           classes: list[str] | None = None, wrap: set[int] = frozenset()) -> str:
+def _table(head: list[str], rows: list[list[str]], numeric: AbstractSet[int] = frozenset(),
+           classes: list[str] | None = None, wrap: AbstractSet[int] = frozenset()) -> str:
     """An HTML table; cells are escaped here. Cells of the `wrap` columns break anywhere (long
     values, image names), so that the table stays within the page."""
     out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
@@ -64,9 +65,9 @@ def _section(key: str, title: str, body: list[str]) -> str:
     return f'<section id="{key}"><h2>{escape(title)}</h2>' + "".join(body) + "</section>"
 
 
-def _warnings(plan: Plan, notices: list) -> list[str]:
+def _warnings(plan: Plan) -> list[str]:
     out = []
-    checks = plan.predicted.slo
+    checks = plan.prediction.slo
     for c in checks:
         if not c.met:
             bound = "at least" if c.field.startswith("slo.tokens") else "at most"
@@ -77,10 +78,10 @@ def _warnings(plan: Plan, notices: list) -> list[str]:
         out.append('<div class="ok">The prediction meets every SLO the deployment sets.</div>')
     if not checks:
         out.append('<div class="warn">The plan records no SLO check.</div>')
-    if notices:
+    if plan.notices:
         out.append("<h3>Before you deploy (W901)</h3>")
         out.append(_table(["folder", "input", "what", "what to do"],
-                          [[f"{n.target}/", n.path, n.problem, n.hint] for n in notices],
+                          [[f"{n.target}/", n.path, n.problem, n.hint] for n in plan.notices],
                           wrap={2, 3}))
     rows = fallbacks(plan)
     if rows:
@@ -97,7 +98,7 @@ def _warnings(plan: Plan, notices: list) -> list[str]:
 
 
 def _slo_rows(plan: Plan) -> list[list[str]]:
-    p = plan.predicted
+    p = plan.prediction
     check = {c.field.removeprefix("slo."): c for c in p.slo}
     rows = []
     for key in ("tokens_per_s_per_user_p50", "tokens_per_s_per_user_p90", "ttft_ms_p50",
@@ -109,7 +110,7 @@ def _slo_rows(plan: Plan) -> list[list[str]]:
 
 
 def _decision(plan: Plan) -> list[str]:
-    p, s = plan.predicted, plan.solver
+    p, s = plan.prediction, plan.solver
     gpus = sum(len(i.gpus) for i in plan.instances)
     roles = {i.role for i in plan.instances}
     mode = "disaggregated (prefill and decode instances)" if roles >= {"prefill", "decode"} \
@@ -125,7 +126,7 @@ def _decision(plan: Plan) -> list[str]:
     named = groups[0][0] is not None
     out.append(_table((["group"] if named else []) + ["role", "shape", "instances", "GPUs",
                                                       "batch per rank", "step ms"],
-                      [([name] if named else []) + [
+                      [([name or ""] if named else []) + [
                           g.role, g.shape, str(g.count), str(g.gpus),
                           "" if g.batch is None else f"{g.batch:g}",
                           f"{(g.decode_step_us or g.prefill_step_us or 0) / 1e3:,.1f}"]
@@ -142,7 +143,7 @@ def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
     """(group, its prediction) per group of a mixed fleet; else (None, the plan's)."""
     if plan.mixed:
         return [(g.name, g.predicted) for g in plan.hardware.groups if g.predicted is not None]
-    return [(None, plan.predicted)]
+    return [(None, plan.prediction)]
 
 
 def _considered(plan: Plan) -> list[str]:
@@ -199,7 +200,7 @@ def _explain(plan: Plan) -> list[str]:
 
 def _breakdown(plan: Plan) -> list[str]:
     out = ["<details><summary>each phase's step time, operator by operator</summary>"]
-    for phase, steps in plan.predicted.breakdown.items():
+    for phase, steps in plan.prediction.breakdown.items():
         total = sum(steps.values()) or 1.0
         out.append(f"<h3>{escape(phase)} step by operator</h3>")
         out.append(_table(["operator", "us", "share"],
@@ -208,8 +209,8 @@ def _breakdown(plan: Plan) -> list[str]:
     return [*out, "</details>"]
 
 
-def index_html(plan: Plan, notices: list) -> str:
-    p = plan.predicted
+def index_html(plan: Plan) -> str:
+    p = plan.prediction
     gpus = sum(len(i.gpus) for i in plan.instances)
     rack, _ = rack_svg(plan)
     dies, _ = memory.die_svg(plan)
@@ -221,7 +222,7 @@ def index_html(plan: Plan, notices: list) -> str:
         memory_body += ["<h3>Host memory per tray</h3>", memory.legend_html(memory.HOST_PARTS),
                         f'<div class="figure">{host[0]}</div>']
     sections = [
-        _section("warnings", "Warnings and assumptions", _warnings(plan, notices)),
+        _section("warnings", "Warnings and assumptions", _warnings(plan)),
         _section("decision", "The decision", _decision(plan)),
         _section("simulated", "Simulated beside closed form", simulated_html(plan)),
         _section("rack", "Rack map", [

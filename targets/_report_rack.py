@@ -78,8 +78,8 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
     shade: dict[str, int] = {}  # in the order the map meets them, so neighbours alternate
     down = set(plan.hardware.unavailable_gpus)
     mem: dict[str, list[tuple[str, DomainMemory]]] = {}
-    for d, m in plan.memory.items():
-        mem.setdefault(gpu_of_domain(d), []).append((d, m))
+    for dom_id, m in plan.memory.items():
+        mem.setdefault(gpu_of_domain(dom_id), []).append((dom_id, m))
     shards: dict[str, list] = {}
     for s in plan.engram_shards:
         shards.setdefault(s.domain, []).append(s)

@@ -9,15 +9,16 @@ from compiler.simulate.compare import WHY, rows, start_up
 
 
 def _caption(plan: Plan) -> str:
-    s = plan.predicted.simulated
+    s = plan.prediction.simulated
+    assert s is not None, "a caption only for a recorded run"
     return (f"{s.requests} requests ({s.workload} arrivals, routing `{s.policy}`, seed "
             f"{s.seed}) replayed request by request by `rackc simulate`, steady state only.")
 
 
 def simulated_md(plan: Plan) -> list[str]:
-    p = plan.predicted
-    table = rows(p) if p is not None else []
-    if not table:
+    p = plan.prediction
+    table = rows(p)
+    if not table or p.simulated is None:
         return []
     lines = ["", "## Simulated beside closed form", "", _caption(plan), "",
              "| metric | simulated | closed form | disagree (>10%) |", "|---|---|---|---|"]
@@ -33,8 +34,8 @@ def simulated_md(plan: Plan) -> list[str]:
 
 def simulated_html(plan: Plan) -> list[str]:
     """The section's body: the table, and a warning naming the figures more than 10% apart."""
-    p = plan.predicted
-    table = rows(p) if p is not None else []
+    p = plan.prediction
+    table = rows(p)
     if not table:
         return ["<p>No simulated run is recorded for the plan as a whole (a pinned "
                 "prediction has none; a mixed fleet's compile records one per group, in "

@@ -9,7 +9,7 @@ resources, each group by kind and name.
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,7 +26,13 @@ _YAML11_BOOL = re.compile(r"^(?:y|Y|n|N)$")
 _NO_FOLDING = 1 << 20
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+if TYPE_CHECKING:
+    from yaml import SafeDumper as _Base
+else:  # libyaml's, where the yaml package was built with it
+    _Base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_Base):
     """libyaml's emitter when present (the goldens pin its output to the pure-Python one's)."""
 
     def ignore_aliases(self, data: object) -> bool:

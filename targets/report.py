@@ -5,7 +5,6 @@ diffs; `curve.svg` is the throughput-interactivity curve alone (`rackc predict -
 import json
 
 from compiler.plan import Plan
-from compiler.preflight import notices
 from targets._report_curve import curve_svg
 from targets._report_html import index_html
 from targets._report_text import balance_sentence, fallbacks
@@ -14,17 +13,17 @@ from targets._simulated import simulated_md
 
 def emit(plan: Plan) -> dict[str, str]:
     return {
-        "report/performance.json": json.dumps(plan.predicted.model_dump(mode="json"),
+        "report/performance.json": json.dumps(plan.prediction.model_dump(mode="json"),
                                               indent=2) + "\n",
         "report/performance.md": performance_md(plan),
-        "report/index.html": index_html(plan, notices(plan)),
+        "report/index.html": index_html(plan),
         "report/curve.svg": '<?xml version="1.0" encoding="utf-8"?>\n' + curve_svg(plan)[0]
                             + "\n",
     }
 
 
 def performance_md(plan: Plan) -> str:
-    p = plan.predicted.model_dump(mode="json")
+    p = plan.prediction.model_dump(mode="json")
     gpus = sum(len(i.gpus) for i in plan.instances)
     lines = [
         f"# {plan.serving.name}: predicted performance",
@@ -125,8 +124,8 @@ def fallbacks_md(plan: Plan) -> list[str]:
 
 
 def before_you_deploy_md(plan: Plan) -> list[str]:
-    """What the site must supply that the bundle cannot (compiler/preflight.py)."""
-    found = notices(plan)
+    """What the site must supply that the bundle cannot (the plan's notices)."""
+    found = plan.notices
     if not found:
         return []
     out = ["", "## Before you deploy", "", "| folder | input | what | what to do |",
@@ -136,8 +135,8 @@ def before_you_deploy_md(plan: Plan) -> list[str]:
 
 
 def slo_md(plan: Plan) -> list[str]:
-    """The SLOs the deployment sets against the prediction (plan.predicted.slo)."""
-    checks = plan.predicted.slo
+    """The SLOs the deployment sets against the prediction (plan.prediction.slo)."""
+    checks = plan.prediction.slo
     if not checks:
         return []
     return ["", "## SLOs", "", "| SLO | target | predicted | |", "|---|---|---|---|",

@@ -136,7 +136,7 @@ def build_cluster(inputs: Inputs, plan: Plan, w: Workload,
 
 
 def _nic_gbps(inputs: Inputs) -> float:
-    return inputs.resolved.nic_gbps_per_gpu.value or inputs.system.tray.nic_gbps_per_gpu.value
+    return inputs.resolved.nic_gbps_per_gpu.value
 
 
 def _segment(plan: Plan, s, per_token: float, fleet: bool) -> Segment:

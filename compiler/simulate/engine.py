@@ -78,6 +78,8 @@ class Simulation:
         self.open_next = 0
         self.open_order = np.flatnonzero(reqs.client < 0).tolist()
         self.arrival = reqs.arrival_us.tolist()
+        self.decode_index: dict[Rank, int] = {}
+        self.decode_loads: list[float] = []
         self._route_lists()
 
     def _warm(self, reqs: Requests) -> None:
@@ -314,10 +316,9 @@ class Simulation:
             pre = [x for x in alive if x.info.role == "aggregated"]
         self.prefill_ranks = [k for x in pre for k in x.ranks]
         self.decode_ranks = [k for x in alive if x.info.role == "decode" for k in x.ranks]
-        old = getattr(self, "decode_loads", None)
-        was = getattr(self, "decode_index", {})
+        old, was = self.decode_loads, self.decode_index
         self.decode_index = {k: j for j, k in enumerate(self.decode_ranks)}
-        self.decode_loads = [old[was[k]] if old else 0.0 for k in self.decode_ranks]
+        self.decode_loads = [old[was[k]] if k in was else 0.0 for k in self.decode_ranks]
 
     def _sample(self, now: float) -> None:
         out = self.out

@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from compiler import catalog
 from compiler.plan import Hardware, Plan
 from compiler.validate.bundle import Obj, Script
 from compiler.validate.quantity import parse as parse_quantity
 
 GPU = "nvidia.com/gpu"
-CPU = "cpu"
 MEMORY = "memory"
 CHANNEL = "compute-domain-channel"  # not a resource name: one per node (rules.dra_channels)
 OS_LABELS = {"kubernetes.io/os": "linux"}
@@ -42,16 +40,10 @@ class Node:
     capacity: dict[str, Fraction] = field(hash=False, compare=False)
 
 
-def _site(plan: Plan) -> Any:
-    """The plan's site choices (`Plan.site`), where the plan has them."""
-    return getattr(plan, "site", None)
-
-
 def rdma_resource(plan: Plan) -> str | None:
     """The device-plugin resource the site names for the trays' RDMA devices, when the plan
     carries one."""
-    site = _site(plan)
-    return site.rdma.resource if site is not None else None
+    return plan.site.rdma.resource
 
 
 def is_rdma(resource: str, plan: Plan) -> bool:
@@ -62,27 +54,22 @@ def is_rdma(resource: str, plan: Plan) -> bool:
 
 
 def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
-    """The schedulable nodes: trays that are available; GPUs less the unavailable ones; host
-    memory of the tray (the rack manifest's override, else the catalog's); the tray's RDMA
-    devices under each RDMA resource name `requested` (is_rdma). Memory is the allocatable:
-    the tray's less the site's node reserve (`Plan.host_reserved_gib_of`: a mixed fleet's
-    group has its own). Labels: the manifest's `node_labels` (less values GPU Feature
-    Discovery cannot write), and those the kubelet sets whose values are known
-    (`kubernetes.io/arch`, `kubernetes.io/os`, and `kubernetes.io/hostname` where the site
-    says it is the node name). A mixed fleet: each group's nodes, as its system has them."""
+    """The schedulable nodes, as the plan records them (`Hardware`): trays that are available;
+    GPUs less the unavailable ones; allocatable memory (the tray's DRAM less the site's node
+    reserve, `Hardware.allocatable_gib_per_tray`); the tray's RDMA devices under each RDMA
+    resource name `requested` (is_rdma). Labels: the manifest's `node_labels` (less values GPU
+    Feature Discovery cannot write), and those the kubelet sets whose values are known
+    (`kubernetes.io/arch`, `kubernetes.io/os`, and `kubernetes.io/hostname` where the site says
+    it is the node name). A mixed fleet: each group's nodes, as its system has them."""
     return [n for hw in plan.fleet for n in _nodes(plan, hw, requested)]
 
 
 def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
-    system = catalog.system(hw.system)
-    dram_gib = getattr(hw, "dram_gib_per_tray", None) or system.tray.dram_gib.value
-    cores = getattr(hw, "cpu_cores_per_tray", None)
     labels = {k: v for k, v in hw.node_labels.items()
               if k not in GFD_FORMATS or GFD_FORMATS[k].fullmatch(v)}
     labels.update({"kubernetes.io/arch": hw.arch, **OS_LABELS})
-    site = _site(plan)
-    allocatable = Fraction(dram_gib) - Fraction(plan.host_reserved_gib_of(hw) if site else 0)
-    hostname = site is not None and site.pin_by_hostname  # the user says they are equal
+    allocatable = Fraction(str(hw.allocatable_gib_per_tray))
+    hostname = plan.site.pin_by_hostname  # the user says they are equal
     down = set(hw.unavailable_gpus)
     out = []
     for tray in hw.trays:
@@ -90,8 +77,6 @@ def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
             continue
         capacity = {GPU: Fraction(sum(1 for g in tray.gpus if g not in down)),
                     MEMORY: allocatable * 2**30}
-        if cores:
-            capacity[CPU] = Fraction(cores)
         for name in requested:
             if is_rdma(name, plan):
                 capacity[name] = Fraction(hw.rdma_devices_per_tray)

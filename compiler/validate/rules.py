@@ -10,9 +10,10 @@ Rules and where their facts come from:
   the kubelet plugin refuses a second claim of it on a node (cmd/compute-domain-kubelet-plugin/
   device_state.go assertImexChannelNotAllocated): one channel claim per node; pods that each take
   one from a ResourceClaimTemplate need a node each, pods sharing a ResourceClaim share it.
-- node-gpus, node-rdma-devices, node-cpu, node-memory: the scheduler's fit of requests within a
-  node's capacity (GPUs of the tray less the unavailable ones, the tray's host memory, RDMA
-  devices and CPU cores where the plan carries them).
+- node-gpus, node-rdma-devices, node-memory: the scheduler's fit of requests within a node's
+  capacity as the plan records it (`Hardware`: GPUs of the tray less the unavailable ones, the
+  tray's allocatable host memory, its RDMA devices). CPU cores are not checked: no input or
+  catalog entry tells them (`unchecked_resources` names them; E825 is retired).
 - host-ports-per-node: processes on one host (launch scripts on a tray, hostNetwork pods) must
   not bind the same port, and hostNetwork pods declare what they bind so that the scheduler
   keeps them apart: vLLM's API `--port` (default 8000) and NIXL's side channel
@@ -172,7 +173,7 @@ def cpu_pods_off_trays(ctx: Context) -> list[Finding]:
 
 # --- placement: channels, capacities, host ports --------------------------------------------
 
-_RESOURCE_RULES = {pods.GPU: "node-gpus", pods.CPU: "node-cpu", pods.MEMORY: "node-memory"}
+_RESOURCE_RULES = {pods.GPU: "node-gpus", pods.MEMORY: "node-memory"}
 
 
 def _channel_templates(objs: list[bundle.Obj]) -> dict[str, str]:
@@ -507,27 +508,15 @@ def rdma_transport(ctx: Context) -> list[Finding]:
 # --- engine-capability ----------------------------------------------------------------------
 
 def _engines_catalog() -> Any:
-    """The pinned engines' capabilities (compiler/catalog/engines/), None where the catalog
-    does not have them."""
+    """The pinned engines' capabilities (compiler/catalog/engines/)."""
     from compiler import catalog
 
-    return catalog.engines() if hasattr(catalog, "engines") else None
+    return catalog.engines()
 
 
 def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
     sizes = facts.vllm.attention.kernel_block_sizes.get(backend)
     return list(sizes.value) if sizes is not None else None
-
-
-def _expert_format(facts: Any, plan: Plan) -> str:
-    """How the engine loads the routed experts: the plan's choice where it records one."""
-    chosen = getattr(plan.model, "expert_format", None)
-    if chosen:
-        return chosen
-    if plan.model.experts_dtype != "fp4":
-        return plan.model.experts_dtype
-    fmt = facts.vllm.moe.fp4_format.get(plan.model.architecture)
-    return fmt.value if fmt is not None else facts.vllm.moe.fp4_format_default.value
 
 
 def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
@@ -536,7 +525,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     for e in _all_engines(ctx):
         block = _int(e.flag("--block-size"), 0)
         backend = e.flag("--attention-backend")
-        if facts is not None and backend and block:
+        if backend and block:
             sizes = _kernel_block_sizes(facts, backend)
             if sizes and not any(block % s == 0 for s in sizes):
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
@@ -545,8 +534,8 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"--block-size {block}", "the attention kernels read KV in "
                                    "pages of their block size (compiler/catalog/engines/)"))
         moe = e.flag("--moe-backend")
-        if facts is not None and moe and ctx.plan.model.moe:
-            fmt = _expert_format(facts, ctx.plan)
+        if moe and ctx.plan.model.moe:
+            fmt = ctx.plan.model.expert_format
             accepts = facts.vllm.moe.accepts.get(fmt)
             if accepts is not None and moe not in accepts.value:
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
@@ -554,15 +543,15 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                    f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
                                    accepts.source))
         a2a = e.flag("--all2all-backend")
-        if facts is not None and moe and a2a and ctx.plan.model.moe and \
+        if moe and a2a and ctx.plan.model.moe and \
                 a2a in facts.vllm.all2all.batched_layout.value:
-            batched = facts.vllm.moe.batched.get(_expert_format(facts, ctx.plan))
+            batched = facts.vllm.moe.batched.get(ctx.plan.model.expert_format)
             if batched is not None and moe not in batched.value:
                 out.append(Finding("engine-capability", e.file, e.line, e.where,
                                    f"a --moe-backend with a kernel for {a2a}'s batched "
                                    f"activations ({', '.join(batched.value)})",
                                    f"--moe-backend {moe}", batched.source))
-        if facts is not None and a2a and _on_nvl72(e, ctx.plan) and \
+        if a2a and _on_nvl72(e, ctx.plan) and \
                 _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
             need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
             for key, value in (need.value.items() if need is not None else ()):
@@ -594,8 +583,6 @@ def dynamo_connector(ctx: Context, facts: Any = None) -> list[Finding]:
     """Dynamo P/D workers hand KV off through a connector its prefill handler has a protocol
     for (compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols)."""
     facts = facts if facts is not None else _engines_catalog()
-    if facts is None:
-        return []
     worker = facts.dynamo.worker
     out = []
     for e in _all_engines(ctx):
@@ -619,8 +606,8 @@ def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
     def nixl(e: Engine) -> set[str]:
         return {c.get("kv_connector") for c in e.connectors()} & NIXL
 
-    if facts is None or not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
-                                for e in engines):
+    if not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
+                for e in engines):
         return []
     push = facts.vllm.kv_connectors.disaggregated_pipelined
     return [Finding("engine-capability", e.file, e.line, e.where,
@@ -666,7 +653,6 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "dra-channel-per-node": "E822",
     "node-gpus": "E823",
     "node-rdma-devices": "E824",
-    "node-cpu": "E825",
     "node-memory": "E826",
     "host-ports-per-node": "E827",
     "connector-env": "E828",
@@ -683,8 +669,8 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "engine-matches-plan": "E839",
     "pool-matches-plan": "E840",
 }
-_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
-                        "node-memory", "host-ports-per-node"})
+_PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-memory",
+                        "host-ports-per-node"})
 # Each check and the rules it can break: only those a caller asks for are run.
 CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = (
     (selector_matches_node, frozenset({"selector-matches-node"})),

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from compiler import api, output_dir
+from compiler import output_dir
+from compiler.plan_file import read_plan
 from compiler.validate import bundle, crds, kube, rules
 from schemas.diagnostics import CompileError, Diagnostic
 
@@ -157,7 +158,7 @@ def validate(out: Path, crd_dir: Path | None = None) -> Report:
         raise _bad_out(out, "no such folder" if not out.exists() else "not a folder")
     drift = as_written(out)
     files = read_out(out)
-    plan = api.read_plan(out / "plan.yaml")
+    plan = read_plan(out / "plan.yaml")
     folder = crds.crd_folder(crd_dir)
     known = crds.load_crds(folder) if folder is not None else {}
     report = Report(diagnostics=drift)

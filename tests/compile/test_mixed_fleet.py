@@ -169,8 +169,8 @@ def test_each_group_keeps_its_system_settings(vr_and_hgx):
     assert hgx.hardware.unavailable_gpus == ["r1-t02-g5"]  # the plan's id, as written
     used = {g for i in plan.instances for g in i.gpus}
     assert not used & {"r0-t03-g1", "r1-t02-g5"}
-    dgd = yaml.safe_load(artifacts["dynamo/dgd.yaml"])
-    for c in dgd["spec"]["components"]:
+    graphs = list(yaml.safe_load_all(artifacts["dynamo/dgd.yaml"]))  # one per group
+    for c in (c for dgd in graphs for c in dgd["spec"]["components"]):
         if c["type"] == "frontend":
             continue
         selector = c["podTemplate"]["spec"]["nodeSelector"]

@@ -70,12 +70,6 @@ def test_unavailable_gpus_unused(tmp_path: Path):
     assert place(p, _wanted("DEP2", "DEP2")) is None
 
 
-def test_domain_memory_within_capacity(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
-    assert place(p, _wanted("DEP2", gib=500.0)) is None
-    assert place(p, _wanted("DEP2", gib=100.0)) is not None
-
-
 def test_identical_instances_are_ordered(tmp_path: Path):
     p = _problem(write_case(tmp_path, hardware={"trays": 2}))
     got = place(p, _wanted("DEP2", "DEP2", "DEP2"))

@@ -39,6 +39,7 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
+from compiler.preflight import with_notices
 from compiler.resolve import HostReserve
 from schemas.site import Site
 
@@ -168,6 +169,10 @@ def host_reserve(capacity: float) -> HostReserve:
                        mooncake_buffer_gib_per_rank=MOONCAKE_BUFFER_GIB)
 
 
+def _allocatable(tray_dram_gib: float) -> float:
+    return round(tray_dram_gib - host_reserve(tray_dram_gib).reserved_gib, 3)
+
+
 def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
          placed: list[tuple[Instance, DomainMemory]], dram_gib: float,
          tray_dram_gib: float) -> Plan:
@@ -179,7 +184,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
               for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})
     pool = kv_pool(used_trays, dram_gib)
-    return Plan(
+    return with_notices(Plan(
         inputs_digest="sha256:fixture-" + serving.name,
         hardware=Fleet(groups=[FleetGroup(name="fixture", hardware=hardware)]), model=model,
         serving=serving, instances=instances,
@@ -196,7 +201,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
         predicted=None, decisions=[],
         site=site.lower_site(Site(), catalog.model(model.name).spec, hardware, instances, pool,
                              host_reserve(tray_dram_gib), serving.vllm_version),
-        parsers=site.parsers(model.name))
+        parsers=site.parsers(model.name)))
 
 
 # --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
@@ -220,7 +225,9 @@ def vr_hardware() -> Hardware:
                   gpus=gpu_ids(t, range(4)), available=True) for t in range(18)]
     return Hardware(system="vera-rubin-nvl72", form="nvl72", gpu_family="rubin",
                     arch="arm64", gpus_per_tray=4, domains_per_gpu=2,
-                    hbm_gib_per_gpu=VR_HBM_GIB, rdma_devices_per_tray=4,
+                    hbm_gib_per_gpu=VR_HBM_GIB, dram_gib_per_tray=VR_TRAY_DRAM_GIB,
+                    allocatable_gib_per_tray=_allocatable(VR_TRAY_DRAM_GIB),
+                    rdma_devices_per_tray=4,
                     node_labels={}, trays=trays,
                     unavailable_gpus=[])
 
@@ -288,7 +295,10 @@ def hgx_h200_plan() -> Plan:
                   gpus=gpu_ids(n, range(8)), available=True) for n in range(2)]
     hardware = Hardware(system="hgx-h200", form="hgx", gpu_family="hopper",
                         arch="amd64", gpus_per_tray=8,
-                        domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB, rdma_devices_per_tray=8,
+                        domains_per_gpu=1, hbm_gib_per_gpu=H200_HBM_GIB,
+                        dram_gib_per_tray=H200_NODE_DRAM_GIB,
+                        allocatable_gib_per_tray=_allocatable(H200_NODE_DRAM_GIB),
+                        rdma_devices_per_tray=8,
                         node_labels={}, trays=trays, unavailable_gpus=[])
     serving = Serving(name="dsv3-h200", namespace="dsv3", vllm_version="0.33.0",
                       kv_cache_dtype="fp8",
@@ -344,9 +354,9 @@ def vr_nvl72_site_plan() -> Plan:
                                        {"key": "dedicated", "operator": "Equal",
                                         "value": "llm", "effect": "NoExecute"}]},
     })
-    return plan.model_copy(update={"site": site.lower_site(
+    return with_notices(plan.model_copy(update={"site": site.lower_site(
         cfg, catalog.model(plan.model.name).spec, plan.fleet[0], plan.instances, plan.kv_pool,
-        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)})
+        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)}))
 
 
 ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,

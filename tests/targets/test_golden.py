@@ -67,3 +67,27 @@ def test_golden(case, target, update_goldens):
     folder = GOLDEN / case / target
     actual = TARGETS[target](GOLDEN_CASES[case]())
     check_golden(folder, actual, update_goldens)
+
+
+def produced_folders() -> set[str]:
+    """Every `<case>/<folder>` some golden test writes: the targets of each case, the plan and
+    report of each compiled example (tests/compile/test_golden_plan.py), the summary of each
+    fleet-sized example (tests/compile/test_golden_fleet.py)."""
+    from tests.targets.fixtures import EXAMPLE_CASES, FLEET_EXAMPLES
+
+    return ({f"{c}/{t}" for c in GOLDEN_CASES for t in TARGETS}
+            | {f"{c}/{t}" for c in EXAMPLE_CASES for t in ("plan", "report")}
+            | {f"{c}/summary" for c in FLEET_EXAMPLES})
+
+
+def test_no_golden_is_an_orphan():
+    """A golden folder or file no test produces (a renamed example, a dropped target) would
+    sit unchecked: every entry under tests/golden is a `<case>/<folder>` of a golden test."""
+    found = {p.relative_to(GOLDEN).as_posix() for p in GOLDEN.glob("*/*")}
+    stray = sorted(p.name for p in GOLDEN.iterdir() if not p.is_dir())
+    stray += sorted(p.relative_to(GOLDEN).as_posix() for p in GOLDEN.glob("*/*")
+                    if not p.is_dir())
+    assert not stray, f"files outside a case's folders: {stray}"
+    # the reverse need not hold: a target that emits nothing for a case writes no folder
+    # (and check_golden names every file a test emits that its folder lacks)
+    assert not found - produced_folders(), f"orphans: {sorted(found - produced_folders())}"

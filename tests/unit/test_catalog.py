@@ -82,22 +82,6 @@ def test_every_workload_number_has_a_source(name: str):
         assert leaf.source
 
 
-def _numeric_paths(data: object, prefix: str = "") -> list[str]:
-    if isinstance(data, dict):
-        return [p for k, v in data.items() for p in _numeric_paths(v, f"{prefix}.{k}".lstrip("."))]
-    return [prefix] if isinstance(data, int | float) and not isinstance(data, bool) else []
-
-
-@pytest.mark.parametrize("name", catalog.model_names())
-def test_every_model_number_has_a_source(name: str):
-    spec = yaml.safe_load(catalog.model_text(name))["spec"]
-    sources = spec.pop("sources")
-    for path in _numeric_paths(spec):
-        covering = [s for s in sources if s == "" or path == s or path.startswith(s + ".")]
-        assert covering, f"{name}: spec.{path} has no source"
-        assert all(sources[s].strip() for s in covering)
-
-
 def _facts(node, path=""):
     """(path, source) of every sourced fact in an engine capability file."""
     if isinstance(node, dict):

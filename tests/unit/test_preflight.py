@@ -83,6 +83,18 @@ def test_compile_prints_them_as_warnings_and_succeeds(tmp_path: Path):
     assert "site.images.dynamo" not in proc.stderr  # k8s/ was not asked for
 
 
+def test_the_plan_records_them_and_the_report_reads_the_plan(stock):
+    """The report lists the plan's notices (targets read only the plan), whatever the
+    catalog says now."""
+    from targets import report
+
+    assert stock.notices == notices(stock) and stock.notices
+    assert "## Before you deploy" in report.performance_md(stock)
+    quiet = stock.model_copy(update={"notices": []})
+    assert "## Before you deploy" not in report.performance_md(quiet)
+    assert "W901" not in report.emit(quiet)["report/index.html"]
+
+
 def test_several_shapes_of_a_role_are_one_dynamo_routing_pool(stock):
     from compiler.plan import Plan
 
