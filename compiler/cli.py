@@ -64,9 +64,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _pinned_warnings(path: Path) -> list[Diagnostic]:
     """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
-    `compile` report them; a layout the solver chooses is checked by `compile`."""
-    pinned, _ = _predict_pinned(path, "vllm")
-    return pinned[1] if pinned else []
+    `compile` report them; a layout the solver chooses is checked by `compile`. A mixed
+    fleet: each group's."""
+    from compiler.load import load_fleet
+    from compiler.pinned import predict_loaded
+
+    found = [predict_loaded(inputs) for inputs in load_fleet(path)]
+    return [d for pinned in found if pinned for d in pinned[1]]
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

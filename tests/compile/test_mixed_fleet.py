@@ -1,6 +1,7 @@
 """Mixed fleets: a Cluster of groups of different systems compiles to one plan whose instances
 each stay in one group and carry that group's system settings; one pool and one router."""
 
+import json
 import re
 from pathlib import Path
 
@@ -136,3 +137,14 @@ def test_group_ids_outside_the_group_are_blamed_on_the_group(tmp_path):
         api.check(tmp_path / "deployment.yaml")
     [d] = exc.value.diagnostics
     assert (d.code, d.path, d.line) == ("E205", "spec.groups[1].unavailable.gpus[0]", 16)
+
+
+def test_rackc_check_of_a_mixed_fleet_reports_every_group(capsys):
+    """`rackc check` adds the pinned-layout warnings of each group (it once asked for one
+    system and crashed on a fleet)."""
+    from compiler import cli
+
+    assert cli.main(["check", str(MIXED), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] and result["racks"] == 2
+    assert {s["group"] for s in result["shapes"]} == {"gb300-a", "vr-a"}
