@@ -148,3 +148,21 @@ def test_rackc_check_of_a_mixed_fleet_reports_every_group(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["ok"] and result["racks"] == 2
     assert {s["group"] for s in result["shapes"]} == {"gb300-a", "vr-a"}
+
+
+def test_a_fleet_beyond_the_gpus_of_64_racks_is_refused(tmp_path):
+    """Groups may each hold 64 racks, but together no more GPUs than a one-system cluster
+    (E211), so compile time and memory stay bounded (benchmarks/bounded.py)."""
+    groups = "".join(f"    - {{name: g{i}, system: gb300-nvl72, racks: {n}}}\n"
+                     for i, n in enumerate((40, 25)))
+    (tmp_path / "cluster.yaml").write_text(
+        VR_AND_HGX.split("  groups:\n")[0] + "  groups:\n" + groups)
+    (tmp_path / "deployment.yaml").write_text(
+        MIXED.read_text().replace("rack: cluster.yaml", f"rack: {tmp_path / 'cluster.yaml'}"))
+    with pytest.raises(CompileError) as exc:
+        api.check(tmp_path / "deployment.yaml")
+    [d] = exc.value.diagnostics
+    assert (d.code, d.path) == ("E211", "spec.groups") and "4680 GPUs" in d.got
+    (tmp_path / "cluster.yaml").write_text((tmp_path / "cluster.yaml").read_text()
+                                           .replace("racks: 25", "racks: 24"))
+    assert api.check(tmp_path / "deployment.yaml")["gpus"] == 64 * 72
