@@ -106,3 +106,22 @@ def test_a_kept_instance_of_a_shape_the_deployment_cannot_run_is_refused():
                     only=(), base=base)
     (d,) = info.value.diagnostics
     assert d.code == "E704" and d.path.startswith("--from instances[0]") and "TP1" in d.got
+
+
+def test_a_plan_is_read_as_yaml_load_reads_it_parsed_once():
+    """load_plan builds the data from the events it checked (no second parse): the same data,
+    types included, as yaml.load of the text, for every golden plan and odd scalars."""
+    import glob
+
+    import yaml
+
+    from schemas.source import checked_events, data_of
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    root = Path(__file__).resolve().parents[1] / "golden"
+    texts = [Path(p).read_text() for p in sorted(glob.glob(f"{root}/*/plan/plan.yaml"))]
+    texts.append("a: [1, 1.5, .inf, -.nan, 0x1f, 0o7, true, off, ~, null, '1', \"x\", 2e3]\n"
+                 "b: {c: {d: [[], {}]}, '': 3}\nc: 1\nc: 2\n")
+    for text in texts:
+        got, want = data_of(checked_events(text, "p", loader)), yaml.load(text, Loader=loader)
+        assert repr(got) == repr(want)
