@@ -177,3 +177,21 @@ def test_pods_pinned_by_node_name_are_matched_against_those_nodes_only():
     assert candidates(spec(name_in("n0"), host), nodes) == [0, 3]
     anything = {"matchExpressions": [{"key": "a", "operator": "Exists"}]}
     assert candidates(spec(name_in("n0"), anything), nodes) == [0, 1, 2, 3]
+
+
+def test_kubernetes_validate_parses_each_schema_file_once():
+    """kubernetes-validate reads its 2 MB definitions file for every object; validate parses
+    each schema file once per process and still finds the same errors."""
+    import kubernetes_validate.utils
+
+    from compiler.validate import kube
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"},
+               "spec": {"ports": [{"port": 80}]}}
+    kube.builtin_errors(service)
+    before = kubernetes_validate.utils.schema_contents.cache_info()
+    assert kube.builtin_errors(service) == []
+    after = kubernetes_validate.utils.schema_contents.cache_info()
+    assert after.misses == before.misses and after.hits == before.hits + 2
+    [(where, message)] = kube.builtin_errors({**service, "spec": {"prots": []}})
+    assert "prots" in message and where
