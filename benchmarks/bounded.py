@@ -7,6 +7,9 @@ rack):
   mixed64x1     64 groups of 1 NVL72 rack, GB300 and Vera Rubin in turn
   distinct64x1  64 groups of 1 rack, each with another GPU down, so no two groups are alike
   vr64          one Vera Rubin cluster of 64 racks (the largest one-system cluster)
+  hgx64x9       64 groups of 9 HGX H200 nodes (576 nodes, the most a fleet holds), the HGX
+                example's deployment (DeepSeek-V3, chat, 128 sessions per node; prefill/decode
+                and aggregated layouts both searched)
   over64x64     64 groups of 64 racks: beyond the 4608 GPUs a cluster may hold (E211), refused
                 by both commands with a diagnostic (exit 2)
 Usage: python benchmarks/bounded.py [--cases mixed64x1,...] [--out DIR]
@@ -26,8 +29,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXED = ROOT / "examples" / "mixed-gb300-vr-deepseek-v4.1-flash" / "deployment.yaml"
+HGX = ROOT / "examples" / "hgx-h200-deepseek-v3" / "deployment.yaml"
 SYSTEMS = ("gb300-nvl72", "vera-rubin-nvl72")
-SESSIONS_PER_RACK = 512
+SESSIONS_PER_RACK, SESSIONS_PER_NODE = 512, 128
 # (compile CPU s, check CPU s, peak MiB): every legal input stays under them
 BOUNDS = {"compile_cpu_s": 120.0, "check_cpu_s": 10.0, "peak_mib": 1024.0}
 CASES = {  # name -> (groups, racks per group, a GPU down per group, exit expected)
@@ -35,20 +39,26 @@ CASES = {  # name -> (groups, racks per group, a GPU down per group, exit expect
     "distinct64x1": (64, 1, True, 0),
     "vr64": (None, 64, False, 0),
     "over64x64": (64, 64, False, 2),
+    "hgx64x9": (64, 9, False, 0),  # nodes, not racks
 }
 
 
 def write_case(folder: Path, name: str) -> Path:
     groups, racks, down, _ = CASES[name]
     folder.mkdir(parents=True)
+    hgx = name.startswith("hgx")
     if groups is None:
         spec = {"system": "vera-rubin-nvl72", "racks": racks}
+    elif hgx:
+        spec = {"groups": [{"name": f"g{i:02d}", "system": "hgx-h200", "nodes": racks,
+                            "node_name_template": "{name}-n{tray:02d}"} for i in range(groups)]}
     else:
         spec = {"groups": [_group(i, racks, down) for i in range(groups)]}
     cluster = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Cluster",
                "metadata": {"name": "fleet"}, "spec": spec}
-    dep = yaml.safe_load(MIXED.read_text())
-    total = (groups or 1) * racks * SESSIONS_PER_RACK
+    dep = yaml.safe_load((HGX if hgx else MIXED).read_text())
+    dep["spec"]["rack"] = "cluster.yaml"
+    total = (groups or 1) * racks * (SESSIONS_PER_NODE if hgx else SESSIONS_PER_RACK)
     dep["spec"]["workload"].update(sessions=min(total, 1 << 20), concurrency=min(total, 1 << 20))
     (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
     (folder / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
