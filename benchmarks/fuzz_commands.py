@@ -60,6 +60,9 @@ DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 EXTREMES = [0, -1, 1, 2**31, 2**63, 10**30, 1e308, float("inf"), float("nan"), -0.0, True,
             None, "", "x" * 300, "\u202e", "decode-00", "prefill-00", "r0-t00-g0", "r9-t99-g9",
             "DEP8", "TP8", "DEP999", [], {}, [1, 2], {"a": 1}, "bf16", "int4", "64"]
+# The workers run numpy (calibrate's fit) in-process and fork rackc processes: one BLAS
+# thread each, so two workers do not oversubscribe two cores or hold threads across cases.
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 FAMILIES = (("plan", 45), ("calibrate", 45), ("validate", 8), ("signal", 1), ("concurrent", 1))
 
 
@@ -455,6 +458,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a case hangs")
     ap.add_argument("--compile-every", type=int, default=400)
     args = ap.parse_args()
+    for var in THREAD_VARS:  # before a worker imports numpy: no BLAS thread pool per worker
+        os.environ.setdefault(var, "1")
     with tempfile.TemporaryDirectory(prefix="rackc-fuzz-setup-") as scratch:
         ctx = CTX
         ctx.update(setup(Path(scratch), args.timeout))

@@ -44,7 +44,7 @@ def check(deployment: Path) -> dict:
         result = dict(results[0][0])
         names = [r["group"] for r, _ in results]
         result.update(ok=all(r["ok"] for r, _ in results),
-                      system=" + ".join(r["system"] for r, _ in results),
+                      system=" + ".join(dict.fromkeys(r["system"] for r, _ in results)),
                       shapes=[{"group": n, **f} for n, (r, _) in zip(names, results, strict=True)
                               for f in r["shapes"]],
                       diagnostics=[d for r, _ in results for d in r["diagnostics"]])

@@ -34,9 +34,9 @@ def _serve(conn: Connection, parent: int) -> None:
     _die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent decides what they do, and
         signal.signal(signum, signal.SIG_IGN)  # the kernel ends the child with the parent
-    from compiler.targets_registry import targets
+    from compiler.targets_registry import emitted, targets
 
-    emitters = targets()
+    emitters = targets(every=True)
     try:
         request = conn.recv()
     except EOFError:
@@ -45,7 +45,7 @@ def _serve(conn: Connection, parent: int) -> None:
     try:
         out: dict[str, str | bytes] = {}
         for name, emit in emitters.items():
-            if only is None or name in only:
+            if emitted(name, only):
                 out.update(emit(plan))
         conn.send(("ok", out))
     except Exception as exc:

@@ -18,7 +18,7 @@ from compiler.plan import Instance, Plan
 from compiler.precheck import shape_fit_problem
 from compiler.shapes import parse_shape
 from compiler.solve.build import build_problem
-from compiler.solve.counts import solve_counts
+from compiler.solve.counts import best_goodput
 from compiler.solve.problem import Kept
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.rack import Unavailable
@@ -130,8 +130,7 @@ def next_ids(base: Plan) -> dict[str, int]:
 def fresh_goodput(inputs: Inputs, g, pre) -> float | None:
     """The goodput of the count model with nothing kept: what moving every instance could
     reach, for comparison (None when even that is infeasible)."""
-    counts = solve_counts(build_problem(inputs, g, pre))
-    return None if isinstance(counts, list) else counts.objective
+    return best_goodput(build_problem(inputs, g, pre))
 
 
 def match(a: Plan, b: Plan) -> tuple[list[tuple[Instance, Instance]], list[Instance],

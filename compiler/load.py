@@ -18,7 +18,7 @@ from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
-from schemas.rack import ClusterSpec
+from schemas.rack import MAX_GPUS, ClusterSpec
 from schemas.reading import FileProblem, read_regular
 from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate
@@ -279,8 +279,23 @@ def fleet_units(hw: RackV1 | ClusterV1, src: SourceMap,
         units.append(unit)
         offset += layout(unit[0], unit[2])[0]
     if len(errors) == before:
+        errors.extend(_fleet_size(units, src))
+    if len(errors) == before:
         errors.extend(_unique_node_names(units))
     return units if len(errors) == before else []
+
+
+def _fleet_size(units: list[tuple[ClusterV1, SourceMap, System]],
+                src: SourceMap) -> list[Diagnostic]:
+    """A mixed fleet holds at most the GPUs of the largest one-system cluster, so compile
+    time and memory stay within the bound docs/constraints.md states for every input."""
+    gpus = [_gpus(hw, system) for hw, _, system in units]
+    if sum(gpus) <= MAX_GPUS:
+        return []
+    return [_diag(src, ("spec", "groups"), "E212",
+                  f"at most {MAX_GPUS} GPUs over the groups (64 NVL72 racks)",
+                  f"{sum(gpus)} GPUs in {len(units)} groups",
+                  "split the fleet into deployments of at most 64 racks' GPUs each")]
 
 
 def _group(cluster: ClusterV1, group, offset: int, src: SourceMap,

@@ -16,7 +16,7 @@ from compiler.ids import gpu_of_domain, natural, parse_instance
 from compiler.names import dns_label
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError, Diagnostic
-from schemas.source import Document, checked_events, format_path, load_yaml_text
+from schemas.source import Document, checked_events, data_of, format_path, load_yaml_text
 from schemas.validate import to_diagnostics
 
 PLAN_API = "rackc.dev/v1alpha1"
@@ -624,8 +624,7 @@ def load_plan(text: str, file: str = "plan.yaml") -> Plan:
     loader's event checks (no aliases, tags or deep nesting), libyaml, the Plan model, then
     what the model alone cannot say (`consistency`). A plan read back is an input like any
     other: `compile --from` keeps its instances where they run."""
-    checked_events(text, file, _LOADER)
-    data = yaml.load(text, Loader=_LOADER)
+    data = data_of(checked_events(text, file, _LOADER))  # parsed once
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:

@@ -14,9 +14,18 @@ def target_names() -> tuple[str, ...]:
     return tuple(sorted(ep.name for ep in entry_points(group="rackc.targets")))
 
 
-def targets(only: tuple[str, ...] | None = None) -> dict[str, Emit]:
-    """The installed targets by name; with `only`, just those (the others' modules, which
-    import the Kubernetes models, are not loaded)."""
+# Emitted only when `--targets` names them (netpol: policies a cluster must opt into)
+OPTIONAL = ("netpol",)
+
+
+def emitted(name: str, only: tuple[str, ...] | None) -> bool:
+    """Whether a compile emits the target: one `only` names, else every default one."""
+    return name in only if only is not None else name not in OPTIONAL
+
+
+def targets(only: tuple[str, ...] | None = None, every: bool = False) -> dict[str, Emit]:
+    """The installed targets by name that a compile with `only` emits (every one with
+    `every`); the others' modules, which import the Kubernetes models, are not loaded."""
     found = entry_points(group="rackc.targets")
     return {ep.name: ep.load() for ep in sorted(found, key=lambda e: e.name)
-            if only is None or ep.name in only}
+            if every or emitted(ep.name, only)}

@@ -22,6 +22,7 @@ CLIQUE_VALUE = (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 GpuId = Annotated[str, Field(pattern=r"^r[0-9]{1,3}-t[0-9]{2,3}-g[0-9]{1,2}$")]  # HGX: t100+
 MAX_RACKS = 64  # NVL72 racks of one cluster (18 trays each)
 MAX_NODES = 576  # HGX nodes of one cluster: the 4608 GPUs of 64 NVL72 racks
+MAX_GPUS = MAX_RACKS * 72  # GPUs of one cluster, a mixed fleet's groups together (E212)
 
 
 class Unavailable(StrictModel):

@@ -203,6 +203,53 @@ def checked_events(text: str, file: str, loader: type = _LOADER) -> list[yaml.Ev
     return events
 
 
+def data_of(events: list[yaml.Event]) -> object:
+    """The data of one document's events as checked_events returned them (no aliases, no
+    tags), what `yaml.load` builds from the same text, without parsing it again: plain
+    scalars resolved and built as PyYAML's safe loader does, quoted ones strings. A key that
+    is a list or mapping raises TypeError, as a mapping cannot hold it."""
+    resolver, constructor = yaml.resolver.Resolver(), yaml.constructor.SafeConstructor()
+    built: dict[str, object] = {}  # plain scalar -> its value (plans repeat ids and numbers)
+    stack: list[list | dict] = []
+    keys: list[object] = []  # per open mapping, the key waiting for its value (or _NO_KEY)
+    root: list[object] = []
+
+    def add(value: object) -> None:
+        if not stack:
+            root.append(value)
+        elif isinstance(stack[-1], list):
+            stack[-1].append(value)
+        elif keys[-1] is _NO_KEY:
+            hash(value)  # TypeError for a complex key, as yaml.load's constructor
+            keys[-1] = value
+        else:
+            stack[-1][keys[-1]] = value
+            keys[-1] = _NO_KEY
+
+    for event in events:
+        if isinstance(event, yaml.ScalarEvent):
+            if not event.implicit[0]:  # quoted
+                add(event.value)
+                continue
+            value = built.get(event.value, _NO_KEY)
+            if value is _NO_KEY:
+                node = yaml.ScalarNode(resolver.resolve(yaml.ScalarNode, event.value,
+                                                        (True, False)), event.value)
+                value = built[event.value] = constructor.construct_object(node)
+            add(value)
+        elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+            stack.append([] if isinstance(event, yaml.SequenceStartEvent) else {})
+            keys.append(_NO_KEY)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            done = stack.pop()
+            keys.pop()
+            add(done)
+    return root[0] if root else None
+
+
+_NO_KEY = object()
+
+
 class _Builder:
     def __init__(self, file: str):
         self.source = SourceMap(file)

@@ -70,7 +70,7 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         weight_only = moe in r.engines.vllm.moe.weight_only.value
         offload = offload_gib(inputs, shape)
     asked = inputs.deployment.spec.serving.weight_offload
-    return PerfContext(
+    return _interned(
         model=inputs.model.spec, system=inputs.system,
         ops=system_ops(inputs.system.name, inputs.kernels),
         kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
@@ -81,6 +81,24 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
         nic_gbps=r.nic_gbps_per_gpu.value,
         image_token_share=r.image_tokens / max(1.0, r.workload_value("isl")),
         tokens_per_image=r.tokens_per_image)
+
+
+_CONTEXTS: dict[tuple, PerfContext] = {}
+_KEEP = 64  # contexts remembered (with their memos) in one process: a fleet's groups, a few
+_BY_ID = ("model", "system", "ops")  # unhashable or costly to compare: the same object
+
+
+def _interned(**fields) -> PerfContext:
+    """One PerfContext (and so one memo of its steps) for equal fields: every prediction of
+    one compile, and the groups of a fleet on one system, share the steps they ask for. The
+    context holds `_BY_ID`'s objects, so their ids stay theirs while it is remembered."""
+    key = tuple((k, id(v) if k in _BY_ID else v) for k, v in fields.items())
+    ctx = _CONTEXTS.get(key)
+    if ctx is None:
+        if len(_CONTEXTS) >= _KEEP:
+            del _CONTEXTS[next(iter(_CONTEXTS))]  # the oldest
+        ctx = _CONTEXTS[key] = PerfContext(**fields)
+    return ctx
 
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,

@@ -45,13 +45,28 @@ def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, ru
     return m, v
 
 
-def solve_counts(p: Problem) -> Counts | list[str]:
-    """The counts, or the keys of a small set of requirements that cannot hold together."""
+def _goodput_solve(p: Problem):
+    """The counts model with every requirement on, solved for goodput: (model, variables,
+    solver, status)."""
     m, v = build(p)
     for lit in v.lits.values():
         m.add(lit == 1)
     s = solver()
-    status = s.solve(m)
+    return m, v, s, s.solve(m)
+
+
+def best_goodput(p: Problem) -> float | None:
+    """The goodput solve_counts reaches, without its tie-break or split over racks (what a
+    recompile reports a fresh layout would reach); None when the requirements conflict."""
+    _, v, s, status = _goodput_solve(p)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return s.value(v.goodput) / SCALE
+
+
+def solve_counts(p: Problem) -> Counts | list[str]:
+    """The counts, or the keys of a small set of requirements that cannot hold together."""
+    m, v, s, status = _goodput_solve(p)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return conflicting_requirements(p)
     goodput, bound, seconds = s.value(v.goodput), s.best_objective_bound, s.deterministic_time

@@ -81,11 +81,23 @@ def objects(files: Mapping[str, str | bytes], folder: str) -> list[Obj]:
         if not (path.startswith(folder + "/") and path.endswith((".yaml", ".yml"))
                 and isinstance(text, str)) or PurePosixPath(path).name == "kustomization.yaml":
             continue
-        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
-        nodes = [n for n in yaml.compose_all(text, Loader=_LOADER) if n is not None]
-        for node, doc in zip(nodes, docs, strict=True):
+        for node, doc in _documents(text):
             if isinstance(doc, dict) and {"apiVersion", "kind"} <= doc.keys():
                 out.append(Obj(path, node.start_mark.line + 1, doc, node))
+    return out
+
+
+def _documents(text: str) -> list[tuple[yaml.Node, object]]:
+    """Each document's node (for line numbers) and its data, parsed once (yaml.load_all's
+    loop, keeping the nodes it composes)."""
+    loader = _LOADER(text)
+    out = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            out.append((node, loader.construct_document(node)))
+    finally:
+        loader.dispose()
     return out
 
 

@@ -280,30 +280,37 @@ def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> st
 HOSTNAME = "kubernetes.io/hostname"
 
 
-def _pinned_hosts(spec: dict[str, Any]) -> set[str] | None:
-    """The hostnames a required node affinity allows when every term pins them (`hostname In
-    [...]`), else None: the pre-filter below is sound only then."""
+def _pins(spec: dict[str, Any]) -> set[tuple[str, str]] | None:
+    """What a required node affinity pins when every term does: ("host", hostname) for a
+    `hostname In [...]` expression, ("name", node) for a `metadata.name In [...]` field (how
+    rackc pins engine pods); else None: the pre-filter below is sound only then (terms are
+    ORed, a term's requirements ANDed, so a term holding a pin admits only pinned nodes)."""
     terms = _required_terms(spec)
     if not terms:
         return None
-    hosts: set[str] = set()
+    pins: set[tuple[str, str]] = set()
     for term in terms:
-        pins = [e for e in term.get("matchExpressions") or []
-                if e.get("key") == HOSTNAME and e.get("operator") == "In"]
-        if not pins:
+        hosts = [("host", str(v)) for e in term.get("matchExpressions") or []
+                 if e.get("key") == HOSTNAME and e.get("operator") == "In"
+                 for v in e.get("values") or []]
+        names = [("name", str(v)) for e in term.get("matchFields") or []
+                 if e.get("key") == "metadata.name" and e.get("operator") == "In"
+                 for v in e.get("values") or []]
+        if not hosts and not names:
             return None
-        hosts.update(str(v) for v in pins[0].get("values") or [])
-    return hosts
+        pins.update(hosts or names)
+    return pins
 
 
 def candidates(spec: dict[str, Any], all_nodes: list[Node]) -> list[int]:
-    """Indices of the nodes that may match: those whose hostname (the label, or the node name
-    it is assumed to be) a hostname-pinning affinity names, else all. A superset of the
-    matching nodes, so a fleet's thousands of pinned pod groups do not test every node."""
-    hosts = _pinned_hosts(spec)
-    if hosts is None:
+    """Indices of the nodes that may match: those a pinning affinity names (by hostname, the
+    label or the node name it is assumed to be, or by node name), else all. A superset of
+    the matching nodes, so a fleet's thousands of pinned pod groups do not test every node."""
+    pins = _pins(spec)
+    if pins is None:
         return list(range(len(all_nodes)))
-    return [i for i, n in enumerate(all_nodes) if n.labels.get(HOSTNAME, n.name) in hosts]
+    return [i for i, n in enumerate(all_nodes)
+            if ("host", n.labels.get(HOSTNAME, n.name)) in pins or ("name", n.name) in pins]
 
 
 def eligible(spec: dict[str, Any], all_nodes: list[Node]) -> list[Node]:

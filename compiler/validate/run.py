@@ -21,8 +21,8 @@ MAX_FILES = 10_000
 MAX_FILE_BYTES = 16 * 2**20
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Folders of Kubernetes objects: the rules read the deployable bundles (bundle.BUNDLES); the
-# schemas also check dynamo/, the graph on its own.
-SCHEMA_FOLDERS = ("dynamo", *bundle.BUNDLES)
+# schemas also check dynamo/, the graph on its own, and netpol/ (the optional policies).
+SCHEMA_FOLDERS = ("dynamo", *bundle.BUNDLES, "netpol")
 TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".sh", ".md", ".txt")
 
 

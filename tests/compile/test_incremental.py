@@ -188,3 +188,20 @@ def test_a_costly_survivor_layout_is_said_first():
     assert "--from" in hint
     assert "232" in warning and "559" in warning and "costs 58%" in warning
     assert incremental.survivor_cost(plan, 235.0) == []
+
+
+def test_the_fresh_goodput_is_the_counts_goodput_without_the_tie_break():
+    """A recompile reports what a fresh layout would reach from the goodput solve alone
+    (solve_counts' tie-break and split over racks are not needed for that number)."""
+    from compiler.graph import build_graph
+    from compiler.load import load_fleet
+    from compiler.precheck import precheck
+    from compiler.solve.build import build_problem
+    from compiler.solve.counts import best_goodput, solve_counts
+
+    [inputs] = load_fleet(Path(__file__).resolve().parents[2] / "examples"
+                          / "hgx-h200-deepseek-v3" / "deployment.yaml")
+    g = build_graph(inputs)
+    pre = precheck(inputs, g)
+    assert best_goodput(build_problem(inputs, g, pre)) == \
+        solve_counts(build_problem(inputs, g, pre)).objective

@@ -1,6 +1,7 @@
 """Mixed fleets: a Cluster of groups of different systems compiles to one plan whose instances
 each stay in one group and carry that group's system settings; one pool and one router."""
 
+import json
 import re
 from pathlib import Path
 
@@ -344,3 +345,32 @@ def test_a_reserve_the_user_sets_settles_the_nccl_notice_of_every_group(mixed):
         d.model_copy(update={"source": "user"}) if d.path in named else d
         for d in plan.decisions]})
     assert not [n for n in notices(user) if n.path == "serving.gpu_reserve_gib"]
+
+
+def test_rackc_check_of_a_mixed_fleet_reports_every_group(capsys):
+    """`rackc check` adds the pinned-layout warnings of each group (it once asked for one
+    system and crashed on a fleet)."""
+    from compiler import cli
+
+    assert cli.main(["check", str(MIXED), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] and result["racks"] == 2
+    assert {s["group"] for s in result["shapes"]} == {"gb300-a", "vr-a"}
+
+
+def test_a_fleet_beyond_the_gpus_of_64_racks_is_refused(tmp_path):
+    """Groups may each hold 64 racks, but together no more GPUs than a one-system cluster
+    (E212), so compile time and memory stay bounded (benchmarks/bounded.py)."""
+    groups = "".join(f"    - {{name: g{i}, system: gb300-nvl72, racks: {n}}}\n"
+                     for i, n in enumerate((40, 25)))
+    (tmp_path / "cluster.yaml").write_text(
+        VR_AND_HGX.split("  groups:\n")[0] + "  groups:\n" + groups)
+    (tmp_path / "deployment.yaml").write_text(
+        MIXED.read_text().replace("rack: cluster.yaml", f"rack: {tmp_path / 'cluster.yaml'}"))
+    with pytest.raises(CompileError) as exc:
+        api.check(tmp_path / "deployment.yaml")
+    [d] = exc.value.diagnostics
+    assert (d.code, d.path) == ("E212", "spec.groups") and "4680 GPUs" in d.got
+    (tmp_path / "cluster.yaml").write_text((tmp_path / "cluster.yaml").read_text()
+                                           .replace("racks: 25", "racks: 24"))
+    assert api.check(tmp_path / "deployment.yaml")["gpus"] == 64 * 72

@@ -123,3 +123,22 @@ def test_a_gpu_id_twice_in_the_hardware_is_blamed_at_its_line():
     line, path, said = found[0]
     assert path == "hardware.groups[0].hardware.trays[1].gpus[0]" and "second time" in said
     assert line == line_of(TEXT, old)
+
+
+def test_a_plan_is_read_as_yaml_load_reads_it_parsed_once():
+    """load_plan builds the data from the events it checked (no second parse): the same data,
+    types included, as yaml.load of the text, for every golden plan and odd scalars."""
+    import glob
+
+    import yaml
+
+    from schemas.source import checked_events, data_of
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    root = Path(__file__).resolve().parents[1] / "golden"
+    texts = [Path(p).read_text() for p in sorted(glob.glob(f"{root}/*/plan/plan.yaml"))]
+    texts.append("a: [1, 1.5, .inf, -.nan, 0x1f, 0o7, true, off, ~, null, '1', \"x\", 2e3]\n"
+                 "b: {c: {d: [[], {}]}, '': 3}\nc: 1\nc: 2\n")
+    for text in texts:
+        got, want = data_of(checked_events(text, "p", loader)), yaml.load(text, Loader=loader)
+        assert repr(got) == repr(want)

@@ -97,3 +97,14 @@ def test_prefill_overlap_hides_communication_under_compute(h200):
     assert 0 <= exposed < one * (h200.model.layers - h200.model.dense_layers)
     dec = decode_step(h200, shape, 64, 2048)
     assert dec.breakdown["dispatch"] > 0 and dec.breakdown["combine"] > 0
+
+
+def test_equal_contexts_share_one_memo():
+    """Every prediction of a compile, and a fleet's groups on one system, ask for the same
+    contexts: they get one object, so the steps one computed the others reuse."""
+    inputs = load_inputs(VR / "deployment.yaml")
+    a, b = context(inputs, 32), context(inputs, 32)
+    assert a is b
+    decode_step(a, parse_shape("DEP32"), 64, 4096)
+    assert b._memo
+    assert context(inputs, 16) is not a

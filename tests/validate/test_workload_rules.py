@@ -154,3 +154,44 @@ def test_each_instance_is_its_own_workload_on_its_own_trays():
     files[DGD] = yaml.safe_dump(dgd, sort_keys=False)
     [finding] = fired(plan, files, "per-instance-placement")
     assert finding.got.startswith("2 replicas") and prefill[0]["name"] in finding.where
+
+
+def test_pods_pinned_by_node_name_are_matched_against_those_nodes_only():
+    """rackc pins engine pods with `metadata.name In [node]` terms: the pre-filter takes the
+    named nodes only (else every pod group tests every node of a fleet), and all nodes when a
+    term pins nothing."""
+    from compiler.validate.pods import Node, candidates
+
+    nodes = [Node(f"n{i}", f"r0-t{i:02d}", {}, {}) for i in range(4)]
+
+    def spec(*terms):
+        return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                                              {"nodeSelectorTerms": list(terms)}}}}
+
+    def name_in(n):
+        return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+
+    assert candidates(spec(name_in("n1"), name_in("n2")), nodes) == [1, 2]
+    host = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                  "values": ["n3"]}]}
+    assert candidates(spec(name_in("n0"), host), nodes) == [0, 3]
+    anything = {"matchExpressions": [{"key": "a", "operator": "Exists"}]}
+    assert candidates(spec(name_in("n0"), anything), nodes) == [0, 1, 2, 3]
+
+
+def test_kubernetes_validate_parses_each_schema_file_once():
+    """kubernetes-validate reads its 2 MB definitions file for every object; validate parses
+    each schema file once per process and still finds the same errors."""
+    import kubernetes_validate.utils
+
+    from compiler.validate import kube
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"},
+               "spec": {"ports": [{"port": 80}]}}
+    kube.builtin_errors(service)
+    before = kubernetes_validate.utils.schema_contents.cache_info()
+    assert kube.builtin_errors(service) == []
+    after = kubernetes_validate.utils.schema_contents.cache_info()
+    assert after.misses == before.misses and after.hits == before.hits + 2
+    [(where, message)] = kube.builtin_errors({**service, "spec": {"prots": []}})
+    assert "prots" in message and where

@@ -1,0 +1,70 @@
+"""Whole-process `rackc compile --from` against a fresh compile of the same deployment, CPU time
+(user + system of the process and the emitter it forks, os.wait4) and wall time, median of
+`--runs`.
+
+Per example: a fresh compile into OUT, then `--from OUT/plan.yaml` with nothing failed and with
+one GPU failed (`--unavailable`), each into its own folder. Usage:
+  python benchmarks/recompile_time.py [--examples vr-nvl72-deepseek-v4.1-flash,...] [--runs 3]
+Exits 1 when a recompile's median CPU time is not below the fresh compile's (issue 20: `--from`
+took 1.3-1.6x a fresh compile).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# example -> a GPU to fail (None: every GPU is needed, as on the two-node HGX example)
+EXAMPLES = {"vr-nvl72-deepseek-v4.1-flash": "r0-t07-g2", "hgx-h200-deepseek-v3": None}
+
+
+def run(*argv: str) -> tuple[float, float]:
+    """(CPU s, wall s) of one `rackc` process; raises when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "compiler.cli", *argv],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"rackc {' '.join(argv)} failed: {err.decode()[-400:]}")
+    return usage.ru_utime + usage.ru_stime, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", default=",".join(EXAMPLES))
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    slower = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for example in args.examples.split(","):
+            dep = str(ROOT / "examples" / example / "deployment.yaml")
+            out = Path(tmp) / example
+            cases = {"fresh": ["compile", dep, "-o", str(out / "fresh")]}
+            run(*cases["fresh"])  # the plan the recompiles start from
+            base = ["--from", str(out / "fresh" / "plan.yaml")]
+            cases["--from"] = ["compile", dep, "-o", str(out / "kept"), *base]
+            if EXAMPLES.get(example):
+                cases["--from --unavailable"] = ["compile", dep, "-o", str(out / "fault"),
+                                                 *base, "--unavailable", EXAMPLES[example]]
+            times = {name: [run(*argv) for _ in range(args.runs)] for name, argv in cases.items()}
+            fresh = statistics.median(c for c, _ in times["fresh"])
+            for name, runs in times.items():
+                cpu = statistics.median(c for c, _ in runs)
+                wall = statistics.median(w for _, w in runs)
+                print(f"{example:32s} {name:22s} CPU {cpu:6.2f} s  wall {wall:6.2f} s  "
+                      f"{cpu / fresh:5.2f}x fresh")
+                if name != "fresh" and cpu >= fresh:
+                    slower.append(f"{example} {name}")
+    print("every recompile cheaper than a fresh compile" if not slower
+          else "not cheaper: " + "; ".join(slower))
+    return 1 if slower else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
