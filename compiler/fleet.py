@@ -15,6 +15,7 @@ from compiler import catalog
 from compiler.load import Inputs
 from compiler.plan import (
     CurvePoint,
+    EngineRun,
     Fleet,
     FleetGroup,
     KvPool,
@@ -78,8 +79,19 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                 key=lambda kv: _natural(kv[0]))),
             # one timeout for every engine: the slowest group's cold start
             "model_cache": max((p.site.model_cache for p in renamed),
-                               key=lambda c: c.engine_ready_timeout_s)}),
+                               key=lambda c: c.engine_ready_timeout_s),
+            "engines": _engines(renamed)}),
     })
+
+
+def _engines(plans: list[Plan]) -> dict[str, EngineRun]:
+    """Each target's release over the fleet: every group's own kernels, the first refusal."""
+    first = plans[0].site.engines
+    return {target: run.model_copy(update={
+        "refused": next((p.site.engines[target].refused for p in plans
+                         if p.site.engines[target].refused), None),
+        "kernels": sorted((k for p in plans for k in p.site.engines[target].kernels),
+                          key=lambda k: _natural(k.instance))}) for target, run in first.items()}
 
 
 def _check_shared(fleet: tuple[Inputs, ...], plans: list[Plan]) -> None:

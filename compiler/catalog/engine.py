@@ -60,10 +60,12 @@ class LinearPick(_Strict):
 
 
 class Linear(_Strict):
+    backends: Fact[list[str]]  # the --linear-backend names the release's parser takes
     prefer: list[LinearPick]
 
 
 class All2All(_Strict):
+    backends: Fact[list[str]]  # the --all2all-backend names the release's parser takes
     decode: Fact[str]
     prefill_one_node: Fact[str]
     prefill_multi_node_nvlink: Fact[str]
