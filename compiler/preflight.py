@@ -39,10 +39,11 @@ def notices(plan: Plan) -> list[Notice]:
             "site.images.dynamo", "k8s",
             f"the workers run vLLM {dynamo.vllm}, the release Dynamo {dynamo.dynamo} imports "
             f"({worker.vllm.source.split(';')[0]}); the plan's kernels are chosen for vLLM "
-            f"{plan.serving.vllm_version}, the workers run {dynamo.vllm}'s own pick on "
-            f"{len(dynamo.kernels)} instance(s) (site.engines.dynamo.kernels) and the plan's "
-            f"elsewhere, and the DGD's flags parse with {dynamo.vllm}'s parser "
-            "(tests/conformance)",
+            f"{plan.serving.vllm_version} and the workers run "
+            + (f"{dynamo.vllm}'s own pick on {len(dynamo.kernels)} instance(s) "
+               "(site.engines.dynamo.kernels), the plan's elsewhere" if dynamo.kernels else
+               f"them all ({dynamo.vllm}'s fact set has each)")
+            + f"; the DGD's flags parse with {dynamo.vllm}'s parser (tests/conformance)",
             f"keep {images.dynamo} or another image with vLLM {dynamo.vllm}: one rebuilt with "
             f"vLLM {plan.serving.vllm_version} cannot import dynamo.vllm (it imports "
             "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))
