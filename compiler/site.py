@@ -305,8 +305,9 @@ def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
     given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
     out = [
         _from_deployment(inputs, "site.images.dynamo", images.dynamo,
-                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold vLLM "
-                        "serving.vllm_version (the stock 1.6.1 image has 0.31.0)"),
+                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold the vLLM "
+                        "that release imports (1.6.1: 0.31.0, the stock image's), whose "
+                        "flags the workers get (site.engines.dynamo)"),
         _from_deployment(inputs, "site.images.vllm", images.vllm,
                         "the vLLM release the flags are written for"),
         _from_deployment(inputs, "site.rdma.transport", site.rdma.transport,
