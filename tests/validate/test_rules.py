@@ -535,3 +535,20 @@ def test_only_the_checks_of_the_rules_asked_for_run(monkeypatch):
 def test_compiled_examples_break_no_enforced_rule(example):
     plan, files = compiled(example)
     assert rules.check(plan, files, rules.ENFORCED) == []
+
+
+def test_dynamo_workers_are_checked_against_the_vllm_their_release_imports():
+    """A --moe-backend that vLLM 0.33 loads MXFP4 experts with, but 0.31 has no such name for
+    (catalog/engines/vllm-0.31.yaml), is named on the DGD's workers (Dynamo 1.6.1 runs 0.31)
+    and not in the vllm/ scripts (0.33)."""
+    from compiler import catalog
+
+    plan, files = compiled(VR)
+    facts = catalog.engines()
+    assert rules.engine_capability(rules.context(plan, files), facts) == []
+    only_033 = "flashinfer_moe_ep_cutedsl"
+    for path in [p for p in files if p == DGD or p.startswith("vllm/prefill-00/")]:
+        files[path] = files[path].replace("flashinfer_trtllm", only_033)
+    found = rules.engine_capability(rules.context(plan, files), facts)
+    assert found and {f.file for f in found} == {DGD}
+    assert all(f.got == f"--moe-backend {only_033}" and "mxfp4" in f.expected for f in found)
