@@ -7,7 +7,8 @@ release's fact set (catalog/engines/vllm-<release>.yaml) has it, else that relea
 by the same rules (a `rule:engine-release` decision says why), or a refusal that names both
 releases and the fact. Serving-wide settings (attention backend and kernel block, linear
 backend, speculative options, the checkpoint's FP4 format, the KV connectors) are not
-re-picked: the router and every instance share them, so a release that lacks one refuses.
+re-picked: the router and every instance share them, so a release that lacks one refuses; so
+does one whose memory, Engram or pipeline facts differ, since the plan was sized by them.
 """
 
 import dataclasses
@@ -33,6 +34,23 @@ class ReleaseRun:
 
 def _versions(plan: Vllm, run: Vllm) -> str:
     return f"vLLM {plan.version} (the plan's) and vLLM {run.version} (the target's)"
+
+
+# Fact classes the plan's sizes and layout were derived from (memory budget, Engram
+# placement, pipeline stages): a release whose values differ cannot run the plan's numbers.
+SIZED_BY = ("memory", "engram", "pipeline")
+
+
+def sized_refusal(plan: Vllm, run: Vllm) -> str | None:
+    """Why the plan's sizes do not hold under `run` (None: its facts' values are the plan's)."""
+    for name in SIZED_BY:
+        ours, theirs = (getattr(v, name).model_dump(mode="json") for v in (plan, run))
+        for key in sorted(ours):
+            if ours[key]["value"] != theirs[key]["value"]:
+                return (f"vLLM {run.version}'s {name}.{key} is {theirs[key]['value']} "
+                        f"({theirs[key]['source']}), the plan was sized for "
+                        f"{ours[key]['value']}; {_versions(plan, run)}")
+    return None
 
 
 def serving_refusal(r: Resolved, architecture: str, speculative: str | None,
@@ -139,7 +157,8 @@ def release_run(inputs: "Inputs", target: str, version: str,
         return ReleaseRun([], f"rackc has no fact set for vLLM {version} (catalog/engines/"
                               f"vllm-<release>.yaml), so it cannot choose its flags; "
                               f"the plan's are vLLM {plan.version}'s", [])
-    refused = serving_refusal(r, model.architecture, spec.method if spec else None, run)
+    refused = serving_refusal(r, model.architecture, spec.method if spec else None, run) \
+        or sized_refusal(plan, run)
     r_run = dataclasses.replace(r, engines=r.engines.model_copy(update={"vllm": run}))
     kernels, decisions = [], []
     for i in sorted(instances, key=lambda i: i.id):

@@ -170,3 +170,15 @@ def test_the_dynamo_target_renders_its_releases_kernels_and_vllm_the_plans():
             for f in _moe_flags(c)} == {"flashinfer_trtllm"}
     scripts = TARGETS["vllm"](planted)
     assert any("--moe-backend flashinfer_trtllm" in t for t in scripts.values())
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("memory", "redundancy_gib", 0.5), ("engram", "shard_across_instances", True),
+    ("pipeline", "stage_tensors", 3)])
+def test_a_fact_the_plan_was_sized_by_that_031_does_otherwise_is_refused(
+        inputs, section, key, value):
+    def edit(data):
+        data[section][key]["value"] = value
+    run = _run(_with(inputs, "0.31", edit), _plan_instance("decode"))
+    assert run.refused.startswith(f"vLLM 0.31's {section}.{key} is {value} (")
+    assert "vLLM 0.33 (the plan's)" in run.refused
