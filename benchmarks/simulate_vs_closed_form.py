@@ -6,7 +6,11 @@ of clients at fixed concurrency in steady state, on the example plans' own layou
 For each plan and concurrency: the closed form's TPOT P50, per-user tokens/s P50, requests/s
 and TTFT P50 (compiler.perf.predict.predict_layout at that concurrency, the plan's pool) and
 the simulation's steady-state figures, with the relative difference. Goal: within 10% where
-both apply; the README says why where they do not.
+both apply; the README says why where they do not. A plan whose decode instances have more
+than one shape is shown but not held to the goal: the closed form charges every request the
+slowest decode group's step (`predict_disaggregated`'s `decode_at`, a bound the solver plans
+against), while the simulation's requests decode on the ranks they are routed to, most of
+them on the groups that hold most of the slots.
 """
 
 import argparse
@@ -51,6 +55,7 @@ def main() -> None:
         cluster = build_cluster(inputs, plan, w)
         pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
         gpus = sum(len(i.gpus) for i in plan.instances)
+        bound = len({i.shape for i in plan.instances if i.role == "decode"}) > 1
         for clients in CASES[case]:
             wc = replace(w, concurrency=clients)
             closed = predict_layout(inputs, api.layouts(plan.instances), wc, pool_gib=pool)
@@ -61,12 +66,13 @@ def main() -> None:
             for _, key, get in FIGURES:
                 c, s = getattr(closed, key), get(m)
                 diff = f"{100 * (s - c) / c:+.1f}%" if c and s is not None else "n/a"
-                if key in CHECKED and c and s is not None:
+                if key in CHECKED and c and s is not None and not bound:
                     worst = max(worst, abs(s - c) / c)
                 cells.append(f"{c:g} / {s:g} ({diff})")
-            print(f"| {case} | {clients} | " + " | ".join(cells) + " |")
-    print(f"largest TPOT / per-user rate / requests/s difference: {100 * worst:.1f}% "
-          f"(goal {100 * GOAL:g}%)")
+            note = " (mixed decode shapes: closed form is the slowest's bound)" if bound else ""
+            print(f"| {case}{note} | {clients} | " + " | ".join(cells) + " |")
+    print(f"largest TPOT / per-user rate / requests/s difference (plans of one decode shape): "
+          f"{100 * worst:.1f}% (goal {100 * GOAL:g}%)")
     sys.exit(0 if worst <= GOAL else 1)
 
 

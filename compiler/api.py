@@ -11,10 +11,10 @@ import yaml
 
 from compiler import arch, graph
 from compiler.graph import build_graph
+from compiler.ids import next_numbers
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.plan import (
     PLAN_MAX_BYTES,
-    Fleet,
     Instance,
     Plan,
     Predicted,
@@ -178,9 +178,10 @@ def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
 
 
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
-          clock: dict[str, float], restore: str | None = None) -> tuple[Plan, float | None]:
-    """One system's plan (a mixed fleet: one group's), and with `base` the goodput a fresh
-    compile would reach."""
+          clock: dict[str, float], restore: str | None = None,
+          next_id: dict[str, int] | None = None) -> tuple[Plan, float | None]:
+    """One system's plan (a mixed fleet: one group's, its instances numbered from `next_id`
+    on), and with `base` the goodput a fresh compile would reach."""
     from compiler import incremental
     from compiler.balance import balance
     from compiler.lower import lower
@@ -204,7 +205,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
         sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
         fresh = incremental.fresh_goodput(inputs, g, pre)
     else:
-        sol = solve(inputs, g, pre)
+        sol = solve(inputs, g, pre, (), next_id)
     clock.setdefault("solved", time.perf_counter())
     draft = lower(inputs, g, sol)
     available = len(graph.available_gpus(g))
@@ -249,7 +250,10 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
         plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
         warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
     else:
-        plans = [_plan(inputs, None, None, clock)[0] for inputs in fleet]
+        plans: list[Plan] = []
+        for group in fleet:  # each numbers its instances on from the groups before it
+            numbers = next_numbers(i.id for p in plans for i in p.instances)
+            plans.append(_plan(group, None, None, clock, next_id=numbers)[0])
         warnings = [d for inputs, p in zip(fleet, plans, strict=True)
                     for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
         plan, fresh = merge(fleet, plans), None
@@ -278,25 +282,26 @@ def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
     """`rackc simulate`: replay a workload against the plan compiled from `deployment`
     (compiler.simulate); metrics per routing policy beside the plan's closed-form ones.
     Raises CompileError (exit 2) on a plan of other inputs, a bad trace, policy or fault."""
-    from compiler.load import load_inputs
     from compiler.simulate.router import POLICIES
     from compiler.simulate.runner import simulate as run
 
     plan = read_plan(plan_path)
-    inputs = load_inputs(deployment)
-    if isinstance(plan.hardware, Fleet) or inputs.resolved.digest != plan.inputs_digest:
+    fleet = load_fleet(deployment)
+    inputs = fleet[0]
+    systems = sorted(h.system for h in plan.fleet)
+    if inputs.resolved.digest != plan.inputs_digest \
+            or systems != sorted(i.system.name for i in fleet):
         raise CompileError([Diagnostic(
             "error", "E751", display_name(plan_path), 0, 0, "inputs_digest",
-            f"the plan `rackc compile {display_name(deployment)}` writes (one system)",
-            "a mixed fleet's plan" if isinstance(plan.hardware, Fleet)
-            else f"a plan of other inputs ({plan.inputs_digest[:12]})",
+            f"the plan `rackc compile {display_name(deployment)}` writes",
+            f"a plan of other inputs ({plan.inputs_digest[:12]})",
             "recompile, or pass the deployment this plan was compiled from")])
     bad = [p for p in opts.policies if p not in POLICIES]
     if bad:
         raise CompileError([Diagnostic("error", "E753", "<argument>", 0, 0, "--policy",
                                        " | ".join(POLICIES), repr(bad[0]),
                                        did_you_mean(bad[0], POLICIES))])
-    results, outcomes = run(inputs, plan, opts)
+    results, outcomes = run(inputs, plan, opts, fleet if plan.mixed else ())
     closed = plan.predicted.model_dump(mode="json", include=set(CLOSED_FORM_KEYS)) \
         if plan.predicted else None
     return {"results": results, "outcomes": outcomes, "closed_form": closed}

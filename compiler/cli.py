@@ -64,8 +64,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _pinned_warnings(path: Path) -> list[Diagnostic]:
     """`check` of a pinned layout: the SLOs its prediction misses (W510), as `predict` and
-    `compile` report them; a layout the solver chooses is checked by `compile`."""
-    pinned, _ = _predict_pinned(path, "vllm")
+    `compile` report them; a layout the solver chooses is checked by `compile`, and so is
+    every mixed fleet's (pinned counts are refused there, E211)."""
+    from compiler.load import load_fleet
+    from compiler.pinned import predict_loaded
+
+    fleet = load_fleet(path, "vllm")
+    pinned = predict_loaded(fleet[0]) if len(fleet) == 1 else None
     return pinned[1] if pinned else []
 
 
@@ -253,23 +258,31 @@ def cmd_predict(args: argparse.Namespace) -> int:
     what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
     for c in k["calibration"]:
         print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
-    sim = p.get("simulated")
-    if sim:
-        _print_simulated(sim)
+    if pinned[0].simulated is not None:
+        _print_simulated(pinned[0])
     return 0
 
 
-def _print_simulated(sim: dict) -> None:
-    print(f"simulated ({sim['requests']} requests, {sim['workload']}, routing "
-          f"{sim['policy']}, seed {sim['seed']}):")
-    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-        q = sim[key]
-        print(f"  {key}: P50 {q['p50']}, P90 {q['p90']}, P99 {q['p99']}")
-    print(f"  requests_per_s: {sim['requests_per_s']}, prefix_hit_rate: "
-          f"{sim['prefix_hit_rate']}")
-    if sim["disagrees"]:
-        print("  more than 10% from the closed form: " + ", ".join(sim["disagrees"])
-              + " (docs/simulate.md says why)")
+def _print_simulated(predicted) -> None:
+    """The compile-time simulated run beside the closed form, a row per figure."""
+    from compiler.simulate.compare import WHY, rows, start_up
+
+    sim = predicted.simulated
+    print(f"simulated ({sim.requests} requests, {sim.workload}, routing {sim.policy}, "
+          f"seed {sim.seed}) beside the closed form:")
+    table = rows(predicted)
+    width = max(len(r.label) for r in table)
+    print(f"  {'':<{width}}  {'simulated':>10}  {'closed':>10}")
+    for r in table:
+        closed = "" if r.closed is None else f"{r.closed:g}"
+        value = "" if r.simulated is None else f"{r.simulated:g}"
+        flag = "  disagree (>10%)" if r.disagrees else ""
+        print(f"  {r.label:<{width}}  {value:>10}  {closed:>10}{flag}".rstrip())
+    if sim.disagrees:
+        print(f"  {WHY}")
+    short = start_up(predicted)
+    if short:
+        print(f"  {short}")
 
 
 def _predict_pinned(path: Path, kernels: str) -> tuple:
@@ -303,7 +316,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _report(exc.diagnostics)
         return exc.exit_code
     prefix = args.path or ""
-    rows = [d for d in plan.decisions if d.path == prefix or d.path.startswith(prefix)]
+    rows = [d for d in plan.decisions if _explains(d.path, prefix)]
     if not rows:
         _report([Diagnostic("error", "E702", display_name(Path(args.plan)), 0, 0, prefix,
                             "a decision path", repr(prefix),
@@ -312,6 +325,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for d in rows:
         print(f"{d.path} = {d.value}  [{d.source}]  {d.why}")
     return 0
+
+
+def _explains(path: str, prefix: str) -> bool:
+    """A decision at or below `prefix`; a mixed fleet's group setting
+    (`groups.<group>.<path>`, compiler.fleet) also by its path within the group."""
+    head, _, rest = path.partition(".")
+    within = rest.partition(".")[2] if head == "groups" else None
+    return path.startswith(prefix) or (within is not None and within.startswith(prefix))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -335,6 +356,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trace = Path(args.trace) if args.trace else None
     opts = Options(profile=args.workload, trace=trace,
                    trace_name=display_name(trace) if trace else "",
+                   **({"trace_block_size": args.trace_block_size}
+                      if args.trace_block_size else {}),
                    requests=args.requests, seed=args.seed,
                    policies=tuple(p for p in (args.policy or "").split(",") if p),
                    faults=tuple(f for spec in args.fail or [] for f in spec.split(",") if f),
@@ -453,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="generator (default: closed loop at the workload's concurrency, or "
                           "Poisson at the plan's predicted rate in throughput mode)")
     src.add_argument("--trace", metavar="FILE.jsonl", help="requests from a JSON Lines trace")
+    sim.add_argument("--trace-block-size", type=_positive_int, metavar="TOKENS",
+                     help="tokens per block of a trace's hash_ids (default: 512, Mooncake's)")
     sim.add_argument("--requests", type=_positive_int, default=10_000)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--rate", type=_positive_float,

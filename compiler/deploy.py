@@ -19,6 +19,7 @@ dial it.
 from itertools import groupby
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Decision, Instance, RankGroup, Tray
 
 
@@ -63,8 +64,14 @@ def rank_groups(trays: dict[str, Tray], tray_of_gpu: dict[str, str], instance: I
 def with_rank_groups(trays: list[Tray], instances: list[Instance]) -> list[Instance]:
     by_id = {t.id: t for t in trays}
     of_gpu = {g: t.id for t in trays for g in t.gpus}
-    return [i.model_copy(update={"rank_groups": rank_groups(by_id, of_gpu, i)})
+    return [i.model_copy(update={"rank_groups": rank_groups(by_id, of_gpu, i),
+                                 "workload": workload_name(i)})
             for i in instances]
+
+
+def workload_name(instance: Instance) -> str:
+    """One Kubernetes workload per instance, named `<id>-<shape>` (targets/_components.py)."""
+    return dns_label(instance.id, instance.shape)
 
 
 def decisions(instances: list[Instance]) -> list[Decision]:

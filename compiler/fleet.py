@@ -1,23 +1,23 @@
 """Mixed fleets: one plan from the plans of a Cluster's groups, each solved on its own system.
 
 Every group is planned as a one-system cluster (its own candidates, counts, placement and perf
-model), so no instance straddles groups. The merged plan numbers racks, NVLink domains and
-instances on across the groups in order (group 2's first rack follows group 1's last), so ids
-stay unique and `plan.yaml`'s ids name one GPU each. One Mooncake pool (every group's segments)
-and one router (every group's instances) span the fleet; KV blocks move between groups, so the
-groups must agree on the block size and the KV cache dtype.
+model), so no instance straddles groups. Racks, NVLink domains and instances are numbered on
+across the groups in order (group 2's first rack follows group 1's last): each group is built
+with its rack and NVLink offsets (`Inputs.offsets`) and lowered with the instance numbers the
+groups before it used, so its plan already has the fleet's ids and merging renames nothing.
+One Mooncake pool (every group's segments) and one router (every group's instances) span the
+fleet; KV blocks move between groups, so the groups must agree on the block size and the KV
+cache dtype.
 """
 
-import re
-from collections.abc import Callable
-
 from compiler import catalog
+from compiler.ids import natural
 from compiler.load import Inputs
 from compiler.plan import (
     CurvePoint,
+    Decision,
     EngineRun,
     Fleet,
-    FleetGroup,
     KvPool,
     PhaseSolve,
     Plan,
@@ -28,60 +28,49 @@ from compiler.solve.place import gap
 from compiler.solve.problem import DECIMALS
 from schemas.diagnostics import CompileError, Diagnostic
 
-_RACK = re.compile(r"^r([0-9]+)(-.*)?$")
-_NVLINK = re.compile(r"^nvl([0-9]+)$")
-_INSTANCE = re.compile(r"^(prefill|decode|aggregated)-([0-9]+)$")
-
 
 def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
-    """The fleet's plan from each group's (in the Cluster's order)."""
+    """The fleet's plan from each group's (in the Cluster's order), whose ids are already the
+    fleet's (each group was built and lowered with the offsets of those before it)."""
     _check_shared(fleet, plans)
-    racks = nvlinks = 0
-    numbers: dict[str, int] = {}
-    renamed = []
-    for plan in plans:
-        rename = _renamer(racks, nvlinks, dict(numbers))
-        renamed.append(Plan.model_validate(_walk(plan.model_dump(mode="json"), rename)))
-        racks += len({t.id.split("-")[0] for t in plan.hardware.trays})
-        nvlinks += len({t.nvlink_domain for t in plan.hardware.trays})
-        for role in ("prefill", "decode", "aggregated"):
-            own = [int(_INSTANCE.match(i.id)[2]) for i in plan.instances if i.role == role]
-            numbers[role] = numbers.get(role, 0) + (max(own) + 1 if own else 0)
     names = [i.hardware.metadata.name for i in fleet]
-    first = renamed[0]
-    groups = [FleetGroup(name=n, hardware=p.hardware, serving=p.serving, predicted=p.predicted)
-              for n, p in zip(names, renamed, strict=True)]
+    first = plans[0]
+    # each group's own: what its one-system plan held for the whole plan
+    groups = [p.hardware.groups[0].model_copy(update={
+        "serving": p.serving, "predicted": p.predicted,
+        "host_reserved_gib": p.site.host_reserved_gib}) for p in plans]
     instances = sorted((i.model_copy(update={"group": n})
-                        for n, p in zip(names, renamed, strict=True) for i in p.instances),
-                       key=lambda i: i.id)
-    segments = [s for p in renamed for s in p.kv_pool.segments]
-    pool = KvPool(enabled=any(p.kv_pool.enabled for p in renamed), segments=segments,
-                  total_gib=round(sum(p.kv_pool.total_gib for p in renamed), 3))
-    return first.model_copy(update={
+                        for n, p in zip(names, plans, strict=True) for i in p.instances),
+                       key=lambda i: natural(i.id))
+    segments = [s for p in plans for s in p.kv_pool.segments]
+    pool = KvPool(enabled=any(p.kv_pool.enabled for p in plans), segments=segments,
+                  total_gib=round(sum(p.kv_pool.total_gib for p in plans), 3))
+    # a new Plan, not first.model_copy: the copy would keep first's cached lookups (its trays)
+    return Plan(**{**dict(first), **{
         "hardware": Fleet(groups=groups),
         "instances": instances,
-        "memory": dict(sorted(((k, v) for p in renamed for k, v in p.memory.items()),
-                              key=lambda kv: _natural(kv[0]))),
-        "host_memory": dict(sorted(((k, v) for p in renamed for k, v in p.host_memory.items()),
-                                   key=lambda kv: _natural(kv[0]))),
+        "memory": dict(sorted(((k, v) for p in plans for k, v in p.memory.items()),
+                              key=lambda kv: natural(kv[0]))),
+        "host_memory": dict(sorted(((k, v) for p in plans for k, v in p.host_memory.items()),
+                                   key=lambda kv: natural(kv[0]))),
         "engram_shards": [s.model_copy(update={"group": f"prefill-{n}"}) if s.group == "prefill"
-                          else s for n, p in zip(names, renamed, strict=True)
+                          else s for n, p in zip(names, plans, strict=True)
                           for s in p.engram_shards],  # one prefill peer group per group
         "kv_pool": pool,
-        "solver": _solver([p.solver for p in renamed], names),
-        "predicted": _predicted(fleet, renamed),
-        "decisions": _decisions(names, renamed),
+        "solver": _solver([p.solver for p in plans], names),
+        "predicted": _predicted(fleet, plans),
+        "decisions": _decisions(names, plans),
         "site": first.site.model_copy(update={  # the deployment's site, every group's pods
-            "pods": sorted((pod for p in renamed for pod in p.site.pods),
+            "pods": sorted((pod for p in plans for pod in p.site.pods),
                            key=lambda pod: pod.instance),
             "mooncake_segment_bytes": dict(sorted(
-                ((k, v) for p in renamed for k, v in p.site.mooncake_segment_bytes.items()),
-                key=lambda kv: _natural(kv[0]))),
+                ((k, v) for p in plans for k, v in p.site.mooncake_segment_bytes.items()),
+                key=lambda kv: natural(kv[0]))),
             # one timeout for every engine: the slowest group's cold start
-            "model_cache": max((p.site.model_cache for p in renamed),
+            "model_cache": max((p.site.model_cache for p in plans),
                                key=lambda c: c.engine_ready_timeout_s),
-            "engines": _engines(renamed)}),
-    })
+            "engines": _engines(plans)}),
+    }})
 
 
 def _engines(plans: list[Plan]) -> dict[str, EngineRun]:
@@ -91,7 +80,7 @@ def _engines(plans: list[Plan]) -> dict[str, EngineRun]:
         "refused": next((p.site.engines[target].refused for p in plans
                          if p.site.engines[target].refused), None),
         "kernels": sorted((k for p in plans for k in p.site.engines[target].kernels),
-                          key=lambda k: _natural(k.instance))}) for target, run in first.items()}
+                          key=lambda k: natural(k.instance))}) for target, run in first.items()}
 
 
 def _check_shared(fleet: tuple[Inputs, ...], plans: list[Plan]) -> None:
@@ -117,36 +106,6 @@ def _check_shared(fleet: tuple[Inputs, ...], plans: list[Plan]) -> None:
                 f"{first.model.expert_format} on {fleet[0].system.name}, "
                 f"{plan.model.expert_format} on {inputs.system.name}",
                 "set serving.checkpoint so that every group loads the same weights")])
-
-
-def _renamer(racks: int, nvlinks: int, numbers: dict[str, int]) -> Callable[[str], str]:
-    def rename(s: str) -> str:
-        if m := _RACK.match(s):
-            return f"r{int(m[1]) + racks}{m[2] or ''}"
-        if m := _NVLINK.match(s):
-            return f"nvl{int(m[1]) + nvlinks}"
-        if m := _INSTANCE.match(s):
-            return f"{m[1]}-{int(m[2]) + numbers.get(m[1], 0):02d}"
-        return s
-    return rename
-
-
-_TEXT = {"form", "system", "node_name", "name", "hf_id", "image", "namespace", "why", "value",
-         "path", "why_not"}
-
-
-def _walk(x: object, rename: Callable[[str], str]) -> object:
-    """Every id in a dumped plan renamed: strings, and the keys of mappings (memory maps);
-    names and texts the user wrote (node names, decisions) stay as they are."""
-    if isinstance(x, dict):
-        return {rename(k): v if k in _TEXT else _walk(v, rename) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_walk(v, rename) for v in x]
-    return rename(x) if isinstance(x, str) else x
-
-
-def _natural(node: str) -> tuple:
-    return tuple(int(p[1:]) if p[1:].isdigit() else p for p in node.split("-"))
 
 
 def _solver(infos: list[SolverInfo], names: list[str]) -> SolverInfo:
@@ -234,16 +193,25 @@ def _curve(ps: list[Predicted], gpus: list[int]) -> list[CurvePoint]:
         for b in common]
 
 
-def _decisions(names: list[str], plans: list[Plan]):
-    """Every group's decisions; one that differs between groups is named by group."""
-    seen: dict[str, set[str]] = {}
-    for p in plans:
-        for d in p.decisions:
-            seen.setdefault(d.path, set()).add(d.value)
-    out = {}
-    for n, p in zip(names, plans, strict=True):
-        for d in p.decisions:
-            if len(seen[d.path]) > 1:
-                d = d.model_copy(update={"path": f"groups.{n}.{d.path}"})
-            out.setdefault(d.path, d)
-    return [out[k] for k in sorted(out)]
+# Decisions about one instance or one tray: their ids are the fleet's, so their paths are too.
+_OWN_PATHS = ("instances.", "kv_pool.segments.")
+
+
+def _decisions(names: list[str], plans: list[Plan]) -> list[Decision]:
+    """Every group's decisions, none dropped: those about an instance or a tray under their
+    own path, the group's settings under `groups.<group>.` (rackc explain finds them by
+    the plain path too)."""
+    out = [d if d.path.startswith(_OWN_PATHS)
+           else d.model_copy(update={"path": f"groups.{n}.{d.path}"})
+           for n, p in zip(names, plans, strict=True) for d in p.decisions]
+    return sorted([*out, ROUTING], key=lambda d: d.path)
+
+
+# Cross-group P/D is neither planned nor routed per group: the fleet's one router may pair
+# them, and the plan says so (compiler.preflight warns with the same words).
+ROUTING = Decision(
+    path="routing.groups", value="one router over every group", source="rule:mixed-fleet",
+    why="each group is solved and predicted with its own prefill and decode instances, but "
+        "one frontend and router serve every group's: a request may be prefilled in one "
+        "group and decoded in another (its KV crossing the groups' network), which the "
+        "prediction does not cover")

@@ -9,55 +9,44 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from compiler import load
+from compiler import ids, load
 from compiler.catalog.system import System
+from compiler.ids import domain_id, gpu_id, natural, nvlink_id, rack_id, tray_id
 from compiler.load import Inputs, layout
 
 RDMA = "rdma"
 
 
-def tray_id(rack: int, tray: int) -> str:
-    return f"r{rack}-t{tray:02d}"
-
-
-def gpu_id(rack: int, tray: int, gpu: int) -> str:
-    return f"{tray_id(rack, tray)}-g{gpu}"
-
-
-def domain_id(gpu: str, domain: int) -> str:
-    return f"{gpu}-d{domain}"
-
-
-def nvlink_id(index: int) -> str:
-    return f"nvl{index}"
-
-
 def build_graph(inputs: Inputs) -> nx.Graph:
+    """The hardware of one system; a mixed fleet's group with its ids from `inputs.offsets`
+    (racks and NVLink domains numbered on from the groups before it). Indices (`index`, the
+    node name's rack and tray, `unavailable.trays`) count within the group."""
     system, spec = inputs.system, inputs.hardware.spec
     racks, trays = layout(inputs.hardware, system)
     down_trays = set(spec.unavailable.trays)
     down_gpus = set(spec.unavailable.gpus)
     nic_gbps = inputs.resolved.nic_gbps_per_gpu.value
     dram = inputs.resolved.dram_gib_per_tray.value
+    at = inputs.offsets
     g = nx.Graph(system=system.name, racks=racks, trays_per_rack=trays, form=system.form)
     g.add_node(RDMA, kind="fabric", link="rdma")
     for r in range(racks):
-        rid = f"r{r}"
+        rid = rack_id(at.racks + r)
         g.add_node(rid, kind="rack", index=r)
         if system.form == "nvl72":
-            _add_fabric(g, nvlink_id(r))
+            _add_fabric(g, nvlink_id(at.nvlinks + r))
         for t in range(trays):
             index = r * trays + t
-            tid = tray_id(r, t)
+            tid = tray_id(at.racks + r, t)
             node_name = load.node_name(inputs.hardware, r, t, index)
-            g.add_node(tid, kind="tray", rack=r, tray=t, index=index, node_name=node_name,
-                       available=index not in down_trays, dram_gib=dram)
+            g.add_node(tid, kind="tray", rack=at.racks + r, tray=t, index=index,
+                       node_name=node_name, available=index not in down_trays, dram_gib=dram)
             g.add_edge(rid, tid, link="contains")
-            fabric = nvlink_id(r) if system.form == "nvl72" else nvlink_id(index)
+            fabric = nvlink_id(at.nvlinks + (r if system.form == "nvl72" else index))
             if system.form == "hgx":
                 _add_fabric(g, fabric)
-            _add_tray(g, system, tid, r, t, fabric, index not in down_trays, down_gpus, nic_gbps,
-                      dram)
+            _add_tray(g, system, tid, at.racks + r, t, fabric, index not in down_trays,
+                      down_gpus, nic_gbps, dram)
     return g
 
 
@@ -94,11 +83,7 @@ def _add_tray(g: nx.Graph, system: System, tid: str, r: int, t: int, fabric: str
 
 def _of_kind(g: nx.Graph, kind: str, nodes: Iterable[str] | None = None) -> list[str]:
     pool = g.nodes if nodes is None else nodes
-    return sorted((n for n in pool if g.nodes[n]["kind"] == kind), key=_natural)
-
-
-def _natural(node: str) -> tuple:
-    return tuple(int(p[1:]) if p[1:].isdigit() else p for p in node.split("-"))
+    return sorted((n for n in pool if g.nodes[n]["kind"] == kind), key=natural)
 
 
 def gpus(g: nx.Graph) -> list[str]:
@@ -126,7 +111,7 @@ def memory_domains(g: nx.Graph) -> list[str]:
 
 
 def tray_of_gpu(g: nx.Graph, gpu: str) -> str:
-    return gpu.rsplit("-", 1)[0]
+    return ids.tray_of_gpu(gpu)
 
 
 def nvlink_domain_of(g: nx.Graph, gpu: str) -> str:

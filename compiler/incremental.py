@@ -9,10 +9,10 @@ instance whatever its id.
 """
 
 import hashlib
-import re
 from dataclasses import replace
 
 from compiler import graph
+from compiler.ids import gpu_id, natural, next_numbers, parse_instance, parse_part
 from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
 from compiler.precheck import shape_fit_problem
@@ -22,8 +22,6 @@ from compiler.solve.counts import solve_counts
 from compiler.solve.problem import Kept
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.rack import Unavailable
-
-ID = re.compile(r"^r(\d+)(?:-t(\d+)(?:-g(\d+))?)?$")
 
 
 def _bad(got: str, expected: str, hint: str, flag: str = "--unavailable") -> CompileError:
@@ -38,17 +36,17 @@ def parse_ids(text: str, inputs: Inputs, flag: str = "--unavailable") -> list[st
     per = inputs.system.gpus_per_tray
     out: list[str] = []
     for item in (x.strip() for x in text.split(",")):
-        m = ID.match(item)
-        if not m:
+        part = parse_part(item)
+        if part is None:
             raise _bad(repr(item), "a GPU r0-t07-g2, a tray r0-t07 or a rack r3",
-                       "use the ids of plan.yaml (hardware.trays)", flag)
-        r, t, g = (int(x) if x is not None else None for x in m.groups())
+                       "use the ids of plan.yaml (its hardware.groups' trays)", flag)
+        r, t, g = part
         if r >= racks or (t is not None and t >= trays) or (g is not None and g >= per):
             raise _bad(repr(item), f"an id within r<0..{racks - 1}>-t<00..{trays - 1:02d}>-"
                        f"g<0..{per - 1}>", "the hardware has no such rack, tray or GPU", flag)
         for tt in [t] if t is not None else range(trays):
-            out += [graph.gpu_id(r, tt, g)] if g is not None else \
-                [graph.gpu_id(r, tt, k) for k in range(per)]
+            out += [gpu_id(r, tt, g)] if g is not None else \
+                [gpu_id(r, tt, k) for k in range(per)]
     return out
 
 
@@ -56,7 +54,7 @@ def down_in_file(inputs: Inputs) -> set[str]:
     """The GPUs the Rack/Cluster file itself marks unavailable (its trays' and its GPUs)."""
     _, trays = layout(inputs.hardware, inputs.system)
     down = inputs.hardware.spec.unavailable
-    return {*down.gpus, *(graph.gpu_id(i // trays, i % trays, k) for i in down.trays
+    return {*down.gpus, *(gpu_id(i // trays, i % trays, k) for i in down.trays
                           for k in range(inputs.system.gpus_per_tray))}
 
 
@@ -68,13 +66,13 @@ def with_failures(inputs: Inputs, base: Plan | None, failed: list[str],
     old = base.hardware.unavailable_gpus if base is not None else []
     spec = inputs.hardware.spec
     in_file = down_in_file(inputs)
-    kept_down = sorted(set(restored) & in_file, key=graph._natural)
+    kept_down = sorted(set(restored) & in_file, key=natural)
     if kept_down:
         raise _bad(f"{kept_down[0]}, which {inputs.sources['hardware'].file} marks unavailable",
                    "a GPU the old plan had down",
                    "remove it from the file's spec.unavailable instead", "--restore")
     extra = sorted({g for g in [*old, *failed] if g not in in_file} - set(restored),
-                   key=graph._natural)
+                   key=natural)
     if not extra:
         return inputs
     racks, trays = layout(inputs.hardware, inputs.system)
@@ -126,11 +124,7 @@ def kept(base: Plan, g) -> list[Kept]:
 
 def next_ids(base: Plan) -> dict[str, int]:
     """Per role, the first id number the old plan never used."""
-    out: dict[str, int] = {}
-    for i in base.instances:
-        n = int(i.id.rsplit("-", 1)[1]) + 1
-        out[i.role] = max(out.get(i.role, 0), n)
-    return out
+    return next_numbers(i.id for i in base.instances)
 
 
 def fresh_goodput(inputs: Inputs, g, pre) -> float | None:
@@ -153,7 +147,7 @@ def match(a: Plan, b: Plan) -> tuple[list[tuple[Instance, Instance]], list[Insta
     moved = [(x, rest.pop(x.id)) for x in left if x.id in rest]
     moved_ids = {x.id for x, _ in moved}
     stopped = [x for x in left if x.id not in moved_ids]
-    started = sorted(rest.values(), key=lambda i: (i.role, int(i.id.rsplit("-", 1)[1])))
+    started = sorted(rest.values(), key=lambda i: parse_instance(i.id))
     return same, stopped, started, moved
 
 

@@ -7,12 +7,13 @@ import hashlib
 import os
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler import catalog
 from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
+from compiler.ids import Offsets, parse_gpu
 from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
@@ -36,6 +37,8 @@ class Inputs:
     resolved: Resolved  # every default and catalog choice (compiler.resolve)
     files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
     kernels: str = catalog.DEPLOYED_KERNELS  # whose measured kernels the perf model uses
+    # a mixed fleet's group: where its rack and NVLink ids start (compiler.ids)
+    offsets: Offsets = field(default_factory=Offsets)
 
     @property
     def model_name(self) -> str:
@@ -125,6 +128,7 @@ def load_fleet(deployment_path: Path,
         if not model_errors:
             errors.extend(check_serving(dep, model, dsrc))
     errors.extend(check_objective(dep, dsrc))
+    errors.extend(check_fleet_objective(dep, [system for _, _, system in units], dsrc))
     if errors:
         raise CompileError(sorted(errors, key=lambda d: (d.file, d.line, d.column, d.code)))
     model = with_checkpoint(model, dep.spec.serving.checkpoint)
@@ -135,14 +139,16 @@ def load_fleet(deployment_path: Path,
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     _check_kernels(kernels, [system for _, _, system in units])
     gpus = [_gpus(hw, system) for hw, _, system in units]
-    out = []
+    out, at = [], Offsets()
     for (hw, hsrc, system), share in zip(units, gpus, strict=True):
         d = dep if len(units) == 1 else _scaled(dep, share / sum(gpus))
         sources = {"deployment": dsrc, "hardware": hsrc, "model": model_src}
         resolved = resolve(d, hw, model, system, sources, digest)
         _check_block_size(d, resolved, dsrc)
         out.append(Inputs(d, hw, model, system, catalog.workload(d.spec.workload.profile),
-                          sources, resolved, files, kernels))
+                          sources, resolved, files, kernels, at))
+        racks, trays = layout(hw, system)
+        at = at.after(racks, racks if system.form == "nvl72" else racks * trays)
     return tuple(out)
 
 
@@ -279,8 +285,8 @@ def fleet_units(hw: RackV1 | ClusterV1, src: SourceMap,
 
 def _group(cluster: ClusterV1, group, offset: int, src: SourceMap,
            errors: list[Diagnostic]) -> tuple[ClusterV1, SourceMap, System] | None:
-    """One group as a one-system Cluster named after it; its unavailable GPU ids, written as
-    the plan's (racks numbered across the fleet), made its own (from r0)."""
+    """One group as a one-system Cluster named after it, whose racks start at `offset`: its
+    unavailable GPU ids are the plan's (racks numbered across the fleet)."""
     fields = {k: v for k, v in group if k != "name"}
     hw = ClusterV1.model_construct(
         apiVersion=cluster.apiVersion, kind="Cluster",
@@ -290,18 +296,13 @@ def _group(cluster: ClusterV1, group, offset: int, src: SourceMap,
     if system is None:
         return None
     racks = layout(hw, system)[0]
-    local = []
     for j, gid in enumerate(group.unavailable.gpus):
-        r, rest = int(gid.split("-", 1)[0][1:]), gid.split("-", 1)[1]
-        if not offset <= r < offset + racks:
+        if not offset <= parse_gpu(gid).rack < offset + racks:
             errors.append(_diag(src, ("spec", "unavailable", "gpus", j), "E205",
                                 f"a GPU of racks r{offset}..r{offset + racks - 1}", repr(gid),
                                 "GPU ids are the plan's: racks count on across the groups"))
             return None
-        local.append(f"r{r - offset}-{rest}")
-    unavailable = group.unavailable.model_copy(update={"gpus": local})
-    hw = hw.model_copy(update={"spec": hw.spec.model_copy(update={"unavailable": unavailable})})
-    found = check_hardware(hw, system, src)
+    found = check_hardware(hw, system, src, offset)
     errors.extend(found)
     return None if found else (hw, src, system)
 
@@ -323,8 +324,10 @@ def _unique_node_names(units: list[tuple[ClusterV1, SourceMap, System]]) -> list
     return []
 
 
-def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap) -> list[Diagnostic]:
-    """Counts and ids that only make sense against the catalog system."""
+def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap,
+                   rack_offset: int = 0) -> list[Diagnostic]:
+    """Counts and ids that only make sense against the catalog system (a mixed fleet's group:
+    its GPU ids' racks start at `rack_offset`)."""
     out: list[Diagnostic] = []
     spec = hw.spec
     if isinstance(hw, ClusterV1):
@@ -349,8 +352,8 @@ def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap) -> li
                              "trays count from 0 across racks (rack * trays + tray)"))
     gpus = system.gpus_per_tray
     for i, gid in enumerate(spec.unavailable.gpus):
-        r, t, g = (int(x[1:]) for x in gid.split("-"))
-        if r >= racks or t >= trays or g >= gpus:
+        r, t, g = parse_gpu(gid)
+        if not 0 <= r - rack_offset < racks or t >= trays or g >= gpus:
             out.append(_diag(src, ("spec", "unavailable", "gpus", i), "E205",
                              f"an id r<0..{racks - 1}>-t<00..{trays - 1:02d}>-g<0..{gpus - 1}>",
                              repr(gid), "GPU ids are r{rack}-t{tray:02d}-g{gpu}, from 0"))
@@ -562,6 +565,22 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                              "instances of one role and shape share one engine "
                              "configuration: give them the same limits, or merge the entries"))
     return out
+
+
+def check_fleet_objective(dep: DeploymentV1, systems: list[System],
+                          src: SourceMap) -> list[Diagnostic]:
+    """E211: pinned counts on a mixed fleet are refused. Every group is solved with the whole
+    deployment, so each would place every pin (the counts multiplied by the groups), and no
+    rule says which group an entry belongs to."""
+    obj = dep.spec.objective
+    if obj.mode != "pinned" or len(systems) < 2:
+        return []
+    return [_diag(src, ("spec", "objective", "mode"), "E211",
+                  "a goodput mode (throughput, latency) on a mixed fleet; `pinned` on one system",
+                  f"mode pinned over {len(systems)} groups "
+                  f"({', '.join(s.name for s in systems)})",
+                  "let the solver size each group (mode throughput), or pin each group's "
+                  "instances in its own deployment of a one-system Cluster")]
 
 
 def check_objective(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:

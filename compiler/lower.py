@@ -6,6 +6,7 @@ from compiler import arch, catalog, deploy, graph, site
 from compiler.decisions import decisions
 from compiler.engine_releases import release_run
 from compiler.host_memory import host_memory
+from compiler.ids import instance_id, natural, parse_instance
 from compiler.load import Inputs
 from compiler.memory import all2all_of, offload_gib, utilization
 from compiler.plan import (
@@ -13,6 +14,8 @@ from compiler.plan import (
     Decision,
     DomainMemory,
     EngramShard,
+    Fleet,
+    FleetGroup,
     Hardware,
     HostMemory,
     Instance,
@@ -50,7 +53,7 @@ def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
         rdma_devices_per_tray=inputs.resolved.rdma_devices_per_tray.value,
         node_labels=dict(sorted(spec.node_labels.items())), trays=trays,
         unavailable_gpus=sorted(set(graph.gpus(g)) - set(graph.available_gpus(g)),
-                                key=graph._natural))
+                                key=natural))
 
 
 def _model(inputs: Inputs) -> ModelInfo:
@@ -89,10 +92,6 @@ def _serving(inputs: Inputs) -> Serving:
                                             and r.language_model_only.value))
 
 
-def _number(instance_id: str) -> int:
-    return int(instance_id.rsplit("-", 1)[1])
-
-
 def _engine(inputs: Inputs, role: str, shape: Shape, trays: int,
             pipelined: bool) -> tuple[dict, list[Choice]]:
     """The engine choices of one instance (compiler.resolve), and their decisions;
@@ -125,7 +124,8 @@ def _engine(inputs: Inputs, role: str, shape: Shape, trays: int,
 def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                ) -> tuple[list[Instance], list[Decision]]:
     """Kept instances keep their ids; new ones are numbered per role in GPU order, from the
-    first number the running plan has not used (0 in a fresh compile)."""
+    first number the running plan (a mixed fleet: the groups before this one) has not used
+    (0 in a fresh compile of one system)."""
     index = gpu_index(sol.problem)
     rows = sorted(zip(sol.wanted, sol.candidates, sol.gpus, sol.ids, strict=True),
                   key=lambda r: (r[0].role, index[r[2][0]]))
@@ -137,8 +137,8 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
             counter[w.role] = k + 1
         need = w.need
         util = utilization(need.capacity_gib, need.reserved_gib)
-        trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=graph._natural)
-        iid = kept_id or f"{w.role}-{k:02d}"
+        trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=natural)
+        iid = kept_id or instance_id(w.role, k)
         fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
@@ -149,7 +149,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                             gpu_memory_utilization=util, **fields))
         made += [ch.decision().model_copy(update={"path": f"instances.{iid}.{ch.path}"})
                  for ch in choices]
-    return sorted(out, key=lambda i: (i.role, _number(i.id))), made
+    return sorted(out, key=lambda i: parse_instance(i.id)), made
 
 
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
@@ -165,7 +165,7 @@ def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, 
             held = stages[rank // shapes[key].stage_gpus] if stages else need[key]
             for dom in graph.domains_of_gpu(g, gpu):
                 out[dom] = held
-    return dict(sorted(out.items(), key=lambda kv: graph._natural(kv[0])))
+    return dict(sorted(out.items(), key=lambda kv: natural(kv[0])))
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -208,7 +208,7 @@ def _pool(inputs: Inputs, host: dict[str, HostMemory],
     r = inputs.resolved
     if not r.kv_pool_dram.value:
         return KvPool(enabled=False, segments=[], total_gib=0.0)
-    trays = sorted(host, key=graph._natural)
+    trays = sorted(host, key=natural)
     segs = [PoolSegment(kind="dram", location=t, gib=host[t].pool_gib) for t in trays]
     if r.kv_pool_hbm.value:
         segs += [PoolSegment(kind="hbm", location=d, gib=m.pool_gib)
@@ -258,7 +258,10 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,
-        hardware=hardware,
+        # one group: this system's (a mixed fleet's group: compiler.fleet adds what the plan
+        # holds for one system)
+        hardware=Fleet(groups=[FleetGroup(name=inputs.hardware.metadata.name,
+                                          hardware=hardware)]),
         model=model,
         serving=_serving(inputs),
         instances=instances,

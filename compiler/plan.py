@@ -5,7 +5,6 @@ this machine or absolute paths, so the same inputs give a byte-identical `plan.y
 Targets import this module only.
 """
 
-import re
 from dataclasses import replace
 from functools import cached_property
 from typing import ClassVar, Literal
@@ -13,6 +12,8 @@ from typing import ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
+from compiler.ids import gpu_of_domain, natural, parse_instance
+from compiler.names import dns_label
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.source import Document, checked_events, format_path, load_yaml_text
@@ -159,6 +160,7 @@ class Instance(OmitsOptional):
     pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
     stage_layers: list[int] = []  # decoder layers per stage, as vLLM splits them (with pp > 1)
     rank_groups: list[RankGroup] = []  # one per tray, in rank order (compiler.deploy)
+    workload: str = ""  # its Kubernetes workload's DNS label: DGD component, LWS (deploy)
 
 
 class DomainMemory(Frozen):
@@ -360,7 +362,8 @@ class Site(Frozen):
     pods: list[PodSize]  # sorted by instance id
     mooncake_segment_bytes: dict[str, int]  # tray -> global_segment_size of each rank there
     mooncake_local_buffer_bytes: int
-    host_reserved_gib: float  # per tray: its memory capacity less its allocatable
+    host_reserved_gib: float  # per tray: its memory capacity less its allocatable (a mixed
+    # fleet: the first group's; each group's is in its FleetGroup, Plan.host_reserved_gib_of)
     frontend: Resources
     mooncake_master: Resources
     # target family (dynamo: dynamo/ and k8s/; vllm: vllm/, lws/, the Mooncake master) -> engine
@@ -472,18 +475,24 @@ class Decision(Frozen):
     why: str
 
 
-class FleetGroup(Frozen):
-    """One group of a mixed fleet: its own system, trays and per-system engine settings, and
-    what the perf model predicts for the instances it holds."""
+class FleetGroup(OmitsOptional):
+    """One group of the fleet: its own system and trays (a one-system plan: its only group,
+    named after the Rack or Cluster). A mixed fleet's group also holds its per-system engine
+    settings, what the perf model predicts for its instances, and its node reserve; a
+    one-system plan's group leaves them to the plan itself (`Plan.serving`, `Plan.predicted`,
+    `Plan.site`). Read them through `Plan.serving_of` and `Plan.host_reserved_gib_of`."""
 
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("serving", "predicted", "host_reserved_gib")
     name: str
     hardware: Hardware
-    serving: Serving
-    predicted: Predicted | None
+    serving: Serving | None = None
+    predicted: Predicted | None = None
+    host_reserved_gib: float | None = None  # per tray: its memory capacity less allocatable
 
 
 class Fleet(Frozen):
-    """Hardware of a mixed fleet: groups of different systems; racks are numbered across it."""
+    """The plan's hardware: one group per system (a mixed fleet: groups of different systems,
+    racks numbered across them, compiler.ids)."""
 
     groups: list[FleetGroup]
 
@@ -504,7 +513,7 @@ class Plan(Frozen):
     apiVersion: str = PLAN_API
     kind: str = "Plan"
     inputs_digest: str
-    hardware: Hardware | Fleet
+    hardware: Fleet
     model: ModelInfo
     serving: Serving
     instances: list[Instance]
@@ -525,24 +534,37 @@ class Plan(Frozen):
     # lookups, indexed once per plan so that targets stay linear in its size
     @property
     def fleet(self) -> list[Hardware]:
-        """Each system's hardware: one, or a mixed fleet's groups in order."""
-        hw = self.hardware
-        return [g.hardware for g in hw.groups] if isinstance(hw, Fleet) else [hw]
+        """Each system's hardware, its groups in order (one for one system)."""
+        return [g.hardware for g in self.hardware.groups]
+
+    @property
+    def mixed(self) -> bool:
+        """A fleet of two groups or more (compiler.fleet)."""
+        return len(self.hardware.groups) > 1
 
     def hardware_of(self, tray_id: str) -> Hardware:
-        """The hardware (of its group, in a mixed fleet) a tray belongs to."""
-        return self._hardware_by_tray.get(tray_id, self.hardware)
+        """The hardware of the group a tray belongs to."""
+        return self._hardware_by_tray[tray_id]
+
+    def system_of(self, instance: Instance) -> Hardware:
+        """The hardware of the group that runs an instance (instances never straddle groups)."""
+        return self.hardware_of(instance.trays[0])
+
+    def host_reserved_gib_of(self, hw: Hardware) -> float:
+        """Host memory of each of `hw`'s trays that pods cannot have (a mixed fleet: the
+        reserve of the group `hw` is, which its own tray DRAM sets)."""
+        group = self._group_by_tray[hw.trays[0].id]
+        reserve = group.host_reserved_gib
+        return self.site.host_reserved_gib if reserve is None else reserve
 
     def serving_of(self, instance: Instance) -> Serving:
         """The serving settings of an instance's group (its system's engine backends)."""
-        group = self._group_by_tray.get(instance.trays[0])
-        return self.serving if group is None else group.serving
+        group = self._group_by_tray[instance.trays[0]]
+        return self.serving if group.serving is None else group.serving
 
     @cached_property
     def _group_by_tray(self) -> dict[str, FleetGroup]:
-        hw = self.hardware
-        groups = hw.groups if isinstance(hw, Fleet) else []
-        return {t.id: g for g in groups for t in g.hardware.trays}
+        return {t.id: g for g in self.hardware.groups for t in g.hardware.trays}
 
     @cached_property
     def _hardware_by_tray(self) -> dict[str, Hardware]:
@@ -577,7 +599,7 @@ class Plan(Frozen):
     def _engram_groups_by_gpu(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for s in self.engram_shards:
-            out.setdefault(s.domain.rsplit("-d", 1)[0], set()).add(s.group)
+            out.setdefault(gpu_of_domain(s.domain), set()).add(s.group)
         return out
 
 
@@ -620,7 +642,6 @@ def _diagnostic(doc: Document, path: tuple, expected: str, got: str, hint: str) 
                       expected, got, hint)
 
 
-INSTANCE_ID = re.compile(r"^(prefill|decode|aggregated)-(\d{1,9})$")
 EDITED = "rackc wrote this plan otherwise; pass OUT/plan.yaml as rackc compile wrote it"
 
 
@@ -630,18 +651,19 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     used by no other instance and as many as its shape runs on."""
     problems = []
     tray_of: dict[str, str] = {}
-    for t, tray in enumerate(plan.hardware.trays):
-        for k, gpu in enumerate(tray.gpus):
-            if tray_of.setdefault(gpu, tray.id) != tray.id:
-                problems.append((("hardware", "trays", t, "gpus", k), "GPU ids unique",
-                                 f"{gpu} a second time", EDITED))
-    groups = {g.name for g in plan.hardware.groups} if isinstance(plan.hardware, Fleet) else set()
+    for n, group in enumerate(plan.hardware.groups):
+        for t, tray in enumerate(group.hardware.trays):
+            for k, gpu in enumerate(tray.gpus):
+                if tray_of.setdefault(gpu, tray.id) != tray.id:
+                    problems.append((("hardware", "groups", n, "hardware", "trays", t, "gpus", k),
+                                     "GPU ids unique", f"{gpu} a second time", EDITED))
+    groups = {g.name for g in plan.hardware.groups} if plan.mixed else set()
     ids: dict[str, int] = {}
     owner: dict[str, str] = {}
     for n, i in enumerate(plan.instances):
         at = ("instances", n)
-        m = INSTANCE_ID.match(i.id)
-        if not m or m[1] != i.role:
+        iid = parse_instance(i.id)
+        if iid is None or iid.role != i.role:
             problems.append(((*at, "id"), f"`{i.role}-NN` (its role, a number)", repr(i.id),
                              EDITED))
         if i.id in ids:
@@ -670,11 +692,14 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
                 problems.append(((*at, "gpus", k), "a GPU of one instance",
                                  f"{gpu}, also {owner[gpu]}'s", EDITED))
             owner.setdefault(gpu, i.id)
-        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=_natural)
-        if sorted(i.trays, key=_natural) != trays:
+        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=natural)
+        if sorted(i.trays, key=natural) != trays:
             problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
                              ", ".join(i.trays) or "none", EDITED))
         problems += _rank_group_problems(plan, at, i, tray_of)
+        if i.workload != dns_label(i.id, i.shape):
+            problems.append(((*at, "workload"), f"{dns_label(i.id, i.shape)} (its id and shape)",
+                             repr(i.workload), EDITED))
     return problems
 
 
@@ -697,10 +722,6 @@ def _rank_group_problems(plan: Plan, at: tuple, i: Instance, tray_of: dict[str, 
                         EDITED))
         first += len(r.gpus)
     return out
-
-
-def _natural(text: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

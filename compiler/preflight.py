@@ -6,9 +6,11 @@ under "Before you deploy". None of them stops a compile: the bundle is right, th
 supply its part.
 """
 
+import re
 from dataclasses import dataclass
 
 from compiler import catalog
+from compiler.ids import gpu_of_domain
 from compiler.plan import Plan
 
 
@@ -66,7 +68,28 @@ def notices(plan: Plan) -> list[Notice]:
             f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
             f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
             "libcudart.so.12)"))
-    return out + _reserve_notices(plan) + _cluster_notices(plan)
+    return out + _reserve_notices(plan) + _pool_notices(plan) + _cluster_notices(plan)
+
+
+def _pool_notices(plan: Plan) -> list[Notice]:
+    """Dynamo registers every decode worker as one `backend` and every prefill worker as
+    `prefill` (dynamo 1.6.1 dynamo/vllm/args.py l.257-262), and its KV router picks among them
+    by KV overlap and active blocks (dynamo/router): a role of several shapes is one routing
+    pool, not the solver's per-shape shares (fresh bundle review, W1)."""
+    if plan.site.engines["dynamo"].refused:
+        return []
+    out = []
+    for role in ("prefill", "decode", "aggregated"):
+        shapes = sorted({i.shape for i in plan.instances if i.role == role})
+        if len(shapes) > 1:
+            out.append(Notice(
+                "objective.shapes", "k8s",
+                f"the {role} instances ({', '.join(shapes)}) are one Dynamo routing pool: its "
+                "router spreads requests by KV overlap and load per worker, while the "
+                "prediction gives each instance the share it sustains at the SLO",
+                f"expect the {role} shapes' load to differ from the plan's split; pin one "
+                f"{role} shape in objective.shapes where that matters"))
+    return out
 
 
 def _reserve_notices(plan: Plan) -> list[Notice]:
@@ -76,12 +99,15 @@ def _reserve_notices(plan: Plan) -> list[Notice]:
     AIConfigurator's per-GPU figure, not a measurement of groups spanning nodes (bundle review
     3, S3-11)."""
     spanning = [i for i in plan.instances if len(i.rank_groups) > 1]
-    source = next((d.source for d in plan.decisions if d.path == "memory.reserved_gib"), "")
+    # a mixed fleet names it per group (groups.<group>.memory.reserved_gib, compiler.fleet);
+    # every group's comes from the one deployment
+    source = next((d.source for d in plan.decisions
+                   if re.fullmatch(r"(groups\.[^.]+\.)?memory\.reserved_gib", d.path)), "")
     if not spanning or source == "user":
         return []
     widest = max(spanning, key=lambda i: len(i.gpus))
     reserved = sum(m.reserved_gib for name, m in plan.memory.items()
-                   if name.rsplit("-d", 1)[0] == widest.gpus[0])
+                   if gpu_of_domain(name) == widest.gpus[0])
     return [Notice(
         "serving.gpu_reserve_gib", "vllm",
         f"{len(spanning)} instance(s) span nodes ({widest.id}: {len(widest.gpus)} ranks): "
@@ -138,5 +164,5 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "one Dynamo frontend routes over every group's workers: it may pair one group's "
             "prefill with another's decode, while each group is solved and predicted on its own",
             "the fleet's predicted goodput assumes group-local pairs; KV then also crosses "
-            "the groups' network"))
+            "the groups' network (`rackc explain PLAN routing.groups`)"))
     return out

@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 from compiler.plan import Instance, Plan
 from targets._errors import TargetError
-from targets._names import dns_label
 from targets._topology import gpus_per_node, multi_node_nvlink, nvlink_domain
 
 
@@ -53,10 +52,6 @@ def _key(plan: Plan, i: Instance) -> _Key:
                 i.max_batch, i.max_batched_tokens)
 
 
-def _name(key: _Key) -> str:
-    return dns_label(key.instance, key.shape)
-
-
 def components(plan: Plan) -> tuple[Component, ...]:
     def key(instance: Instance) -> _Key:
         return _key(plan, instance)
@@ -70,6 +65,6 @@ def components(plan: Plan) -> tuple[Component, ...]:
             raise TargetError(f"instances {[i.id for i in instances]} ({k.role} {k.shape}) span "
                               f"different numbers of trays or GPUs per tray")
         node_names = sorted({plan.tray(t).node_name for i in instances for t in i.trays})
-        out.append(Component(_name(k), k.role, k.shape, k.domain, instances, nodes.pop(),
-                             per_node.pop(), tuple(node_names)))
+        out.append(Component(instances[0].workload, k.role, k.shape, k.domain, instances,
+                             nodes.pop(), per_node.pop(), tuple(node_names)))
     return tuple(out)

@@ -50,10 +50,10 @@ from kubernetes.client import (
 )
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Plan, Resources
 from targets import _mooncake
 from targets._components import Component
-from targets._names import dns_label
 from targets._site import cache_env
 from targets._topology import claims_channel
 from targets._yaml import dump_json, dump_yaml
@@ -136,7 +136,7 @@ def node_selector(plan: Plan, component: Component) -> dict[str, str]:
     """The kubelet's own arch label and the labels the user says every node carries (of the
     component's group, in a mixed fleet); no label GPU Feature Discovery owns is guessed (pods
     are pinned by node name instead)."""
-    hw = plan.hardware_of(component.instances[0].trays[0])
+    hw = plan.system_of(component.instances[0])
     return {"kubernetes.io/arch": hw.arch, **hw.node_labels}
 
 

@@ -8,9 +8,9 @@ The plan's HBM segments have no counterpart in the 0.33 store (docs/targets.md, 
 """
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Plan
 from targets._errors import TargetError
-from targets._names import dns_label
 
 CONFIG_DIR = "/etc/mooncake"
 MASTER_CONFIG_FILE = "master.yaml"

@@ -1,18 +1,19 @@
 """report/index.html: the report people open. One self-contained file (inline CSS and SVG, no
 script, font or request at view time), its sections in the order a reader needs them:
-warnings and assumptions, the decision, the rack map, memory per die, the curve, why each
-decision, and the step breakdown."""
+warnings and assumptions, the decision, the simulated run beside the closed form, the rack
+map, memory per die, the curve, why each decision, and the step breakdown."""
 
 from html import escape
 
-from compiler.plan import Fleet, Plan, Predicted
+from compiler.plan import Plan, Predicted
 from targets import _report_memory as memory
 from targets._report_curve import curve_svg
 from targets._report_rack import legend_html, rack_svg
 from targets._report_text import assumptions, balance_sentence, fallbacks
+from targets._simulated import simulated_html
 
 TOP_PER_ROLE = 4  # candidates shown beside the chosen ones, per role
-SECTIONS = ("warnings", "decision", "rack", "memory", "curve", "explain", "breakdown")
+SECTIONS = ("warnings", "decision", "simulated", "rack", "memory", "curve", "explain", "breakdown")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#222;margin:0;
@@ -139,9 +140,8 @@ def _decision(plan: Plan) -> list[str]:
 
 def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
     """(group, its prediction) per group of a mixed fleet; else (None, the plan's)."""
-    hw = plan.hardware
-    if isinstance(hw, Fleet):
-        return [(g.name, g.predicted) for g in hw.groups if g.predicted is not None]
+    if plan.mixed:
+        return [(g.name, g.predicted) for g in plan.hardware.groups if g.predicted is not None]
     return [(None, plan.predicted)]
 
 
@@ -223,6 +223,7 @@ def index_html(plan: Plan, notices: list) -> str:
     sections = [
         _section("warnings", "Warnings and assumptions", _warnings(plan, notices)),
         _section("decision", "The decision", _decision(plan)),
+        _section("simulated", "Simulated beside closed form", simulated_html(plan)),
         _section("rack", "Rack map", [
             "<p>Hover a GPU for its instance, rank and memory; a tray's violet bar for its "
             "pool segment.</p>", legend_html(plan), f'<div class="figure">{rack}</div>']),

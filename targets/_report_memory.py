@@ -2,6 +2,7 @@
 tray's host memory), one bar per distinct budget, so that a rack of identical dies is one bar
 with its count rather than hundreds."""
 
+from compiler.ids import gpu_of_domain
 from compiler.plan import Plan
 from targets._report_svg import CHAR_EM, Box, Labels, rect, svg
 
@@ -63,7 +64,7 @@ def _bars(rows, parts: tuple, what: str) -> tuple[str, list[Box]]:
 
 def die_svg(plan: Plan) -> tuple[str, list[Box]]:
     owner = {g: i.id for i in plan.instances for g in i.gpus}
-    rows = _rows(plan.memory, DIE_PARTS, lambda d: owner.get(d.rsplit("-d", 1)[0], ""))
+    rows = _rows(plan.memory, DIE_PARTS, lambda d: owner.get(gpu_of_domain(d), ""))
     return _bars(rows, DIE_PARTS, "memory domain")
 
 

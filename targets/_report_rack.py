@@ -8,6 +8,7 @@ ones compact, with only the panel titles."""
 from dataclasses import dataclass
 from html import escape
 
+from compiler.ids import domain_id, gpu_of_domain
 from compiler.plan import DomainMemory, Hardware, Instance, Plan, Tray
 from targets._report_svg import CHAR_EM, Box, Labels, rect, svg
 
@@ -78,7 +79,7 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
     down = set(plan.hardware.unavailable_gpus)
     mem: dict[str, list[tuple[str, DomainMemory]]] = {}
     for d, m in plan.memory.items():
-        mem.setdefault(d.rsplit("-d", 1)[0], []).append((d, m))
+        mem.setdefault(gpu_of_domain(d), []).append((d, m))
     shards: dict[str, list] = {}
     for s in plan.engram_shards:
         shards.setdefault(s.domain, []).append(s)
@@ -109,7 +110,7 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
                     ROLE_COLOURS[inst.role][shade[inst.id]] if inst else IDLE
                 cells = [rect(x, ty, gpu_w - 1, scale.row - 1, fill)]
                 for d in range(hw.domains_per_gpu):
-                    dom, dx = f"{gpu}-d{d}", x + d * cell
+                    dom, dx = domain_id(gpu, d), x + d * cell
                     if d:
                         cells.append(rect(dx - 0.5, ty, 0.5, scale.row - 1, "#ffffff"))
                     if dom in hbm_pool:

@@ -1,47 +1,63 @@
 """The report's simulated section: `rackc compile`'s short request-by-request run
-(plan.predicted.simulated) beside the closed-form figures, and where they disagree."""
+(plan.predicted.simulated) beside the closed-form figures, and where they disagree, in
+report/performance.md and report/index.html (the rows: compiler.simulate.compare)."""
+
+from html import escape
 
 from compiler.plan import Plan
+from compiler.simulate.compare import WHY, rows, start_up
 
-ROWS = (("TTFT P50 (ms)", "ttft_ms", "p50", "ttft_ms_p50"),
-        ("TTFT P90 (ms)", "ttft_ms", "p90", "ttft_ms_p90"),
-        ("TTFT P99 (ms)", "ttft_ms", "p99", None),
-        ("TPOT P50 (ms)", "tpot_ms", "p50", "tpot_ms_p50"),
-        ("TPOT P90 (ms)", "tpot_ms", "p90", None),
-        ("ITL P50 (ms)", "itl_ms", "p50", None),
-        ("ITL P99 (ms)", "itl_ms", "p99", None),
-        ("E2E P50 (ms)", "e2e_ms", "p50", None),
-        ("E2E P99 (ms)", "e2e_ms", "p99", None),
-        ("tokens/s per user P50", "tokens_per_s_per_user_p50", None,
-         "tokens_per_s_per_user_p50"),
-        ("tokens/s per user P90", "tokens_per_s_per_user_p90", None,
-         "tokens_per_s_per_user_p90"),
-        ("requests/s", "requests_per_s", None, "requests_per_s"),
-        ("prefix hit rate", "prefix_hit_rate", None, "prefix_hit_rate"))
+
+def _caption(plan: Plan) -> str:
+    s = plan.predicted.simulated
+    return (f"{s.requests} requests ({s.workload} arrivals, routing `{s.policy}`, seed "
+            f"{s.seed}) replayed request by request by `rackc simulate`, steady state only.")
 
 
 def simulated_md(plan: Plan) -> list[str]:
     p = plan.predicted
-    s = p.simulated if p is not None else None
-    if s is None:
+    table = rows(p) if p is not None else []
+    if not table:
         return []
-    sim = s.model_dump(mode="json")
-    closed = p.model_dump(mode="json")
-    lines = ["", "## Simulated beside closed form", "",
-             f"{s.requests} requests ({s.workload} arrivals, routing `{s.policy}`, seed "
-             f"{s.seed}) replayed request by request by `rackc simulate`, steady state only.", "",
+    lines = ["", "## Simulated beside closed form", "", _caption(plan), "",
              "| metric | simulated | closed form | disagree (>10%) |", "|---|---|---|---|"]
-    for label, key, q, closed_key in ROWS:
-        value = sim[key][q] if q else sim[key]
-        other = closed.get(closed_key) if closed_key else None
-        flag = "yes" if closed_key in s.disagrees else ""
-        lines.append(f"| {label} | {_num(value)} | {_num(other)} | {flag} |")
-    if s.disagrees:
-        lines += ["", "Where they disagree the simulation holds what the closed form averages "
-                      "away (queues of whole requests rather than M/M/1 over full chunks, DP "
-                      "ranks stepping in lockstep, KV loads and hand-offs on shared links); "
-                      "docs/simulate.md says why for each figure."]
+    lines += [f"| {r.label} | {_num(r.simulated)} | {_num(r.closed)} | "
+              f"{'yes' if r.disagrees else ''} |" for r in table]
+    if p.simulated.disagrees:
+        lines += ["", WHY[0].upper() + WHY[1:] + "."]
+    short = start_up(p)
+    if short:
+        lines += ["", short[0].upper() + short[1:] + "."]
     return lines
+
+
+def simulated_html(plan: Plan) -> list[str]:
+    """The section's body: the table, and a warning naming the figures more than 10% apart."""
+    p = plan.predicted
+    table = rows(p) if p is not None else []
+    if not table:
+        return ["<p>No simulated run is recorded for the plan as a whole (a pinned "
+                "prediction has none; a mixed fleet's compile records one per group, in "
+                "<code>hardware.groups[].predicted.simulated</code>); <code>rackc simulate "
+                "OUT/plan.yaml --deployment DEP</code> runs one over all of it.</p>"]
+    out = [f"<p>{escape(_caption(plan))}</p>"]
+    gone = [r.label for r in table if r.disagrees]
+    if gone:
+        out.append(f'<div class="warn"><b>Simulation and closed form disagree</b> (more than '
+                   f"10% apart): {escape(', '.join(gone))}; {escape(WHY)}.</div>")
+    else:
+        out.append('<div class="ok">The simulation agrees with the closed form within 10% on '
+                   "every figure both give.</div>")
+    short = start_up(p)
+    if short:
+        out.append(f'<div class="warn"><b>A short run</b>: {escape(short)}.</div>')
+    body = ["<table><thead><tr><th>metric</th><th>simulated</th><th>closed form</th>"
+            "<th>disagree (&gt;10%)</th></tr></thead><tbody>"]
+    for r in table:
+        flag = '<td class="miss">yes</td>' if r.disagrees else "<td></td>"
+        body.append(f"<tr><td>{escape(r.label)}</td><td class=\"n\">{_num(r.simulated)}</td>"
+                    f"<td class=\"n\">{_num(r.closed)}</td>{flag}</tr>")
+    return [*out, "".join(body) + "</tbody></table>"]
 
 
 def _num(x: object) -> str:

@@ -13,7 +13,7 @@ def multi_node_nvlink(plan: Plan, instance: Instance) -> bool:
     """NVL72 racks: an NVLink domain spans trays (nodes), so pods need an IMEX channel of a
     ComputeDomain; on HGX each node is its own domain and needs none. (A mixed fleet: the
     instance's group decides.)"""
-    return plan.hardware_of(instance.trays[0]).form == "nvl72"
+    return plan.system_of(instance).form == "nvl72"
 
 
 def nvlink_domain(plan: Plan, instance: Instance) -> str:

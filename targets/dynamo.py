@@ -17,12 +17,12 @@ from kubernetes.client import (
 )
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Plan
 from targets import _kube
 from targets._components import Component, components
 from targets._engine import engine_args, engine_env
 from targets._errors import TargetError
-from targets._names import dns_label
 from targets._yaml import compact_json, dump_yaml
 
 # vLLM publishes KV events here for the router (Dynamo's KV-routing recipes); DP ranks offset it.

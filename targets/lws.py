@@ -37,12 +37,12 @@ from kubernetes.client import (
 )
 
 from compiler import ports
+from compiler.names import dns_label
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
 from targets._components import Component, components
 from targets._engine import engine_args, engine_env, multinode_flags, parser_flags
-from targets._names import dns_label
 from targets._shell import exec_command
 
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # Kubernetes expansion in the leader's args

@@ -95,7 +95,7 @@ def _pipeline_lines(plan: Plan, rows: list[dict]) -> list[str]:
                        f"{mem.weights_gib:g} | {mem.kv_gib:g} |")
         nixl = [c for c in inst.kv_connectors if c.startswith("Nixl")]
         link = ("the NICs between stages on different nodes, NVLink between stages of one node"
-                if plan.hardware_of(inst.trays[0]).form == "hgx" and len(inst.trays) > 1
+                if plan.system_of(inst).form == "hgx" and len(inst.trays) > 1
                 else "NVLink")
         out += ["",
                 f"- A step is one chunk of {r['chunk_tokens']:,} tokens per stage and lasts the "

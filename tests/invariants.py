@@ -13,7 +13,7 @@ def check_plan(plan: Plan) -> None:
     tray_of = {g: t.id for t in plan.hardware.trays for g in t.gpus}
     domain_of = {t.id: t.nvlink_domain for t in plan.hardware.trays}
     for inst in plan.instances:
-        hw = plan.hardware_of(inst.trays[0])
+        hw = plan.system_of(inst)
         assert all(plan.hardware_of(t) is hw for t in inst.trays), f"{inst.id} straddles groups"
         if len(plan.fleet) > 1:
             group = next(g for g in plan.hardware.groups if g.hardware is hw)

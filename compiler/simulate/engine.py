@@ -23,7 +23,8 @@ RETRIES = 1  # a request cut by a fault is issued again once, then reported lost
 
 @dataclass
 class Outcome:
-    """Per request (indexed as the workload) and per run: what `report` summarises."""
+    """Per request (indexed as the workload) and per run: what `report` summarises. The
+    per-request columns are numpy arrays once the run has finished."""
 
     issued_us: np.ndarray
     first_us: np.ndarray
@@ -58,8 +59,8 @@ class Simulation:
                                           reqs.parent, self.steps)]
         self.think = reqs.think_us.tolist()
         self.insts = [Instance(i, i.kv_tokens, cluster.block_size) for i in cluster.instances]
-        self.pool = Pool([PoolSegment(s.tray, PrefixCache(s.tokens)) for s in cluster.segments]) \
-            if cluster.segments else None
+        self.pool = Pool([PoolSegment(s.tray, PrefixCache(s.tokens), system=s.system)
+                          for s in cluster.segments]) if cluster.segments else None
         if self.pool is not None:
             self._warm(reqs)
         self.links = Links()
@@ -68,13 +69,15 @@ class Simulation:
         self.heap: list = []
         self.seq = 0
         self.settled = 0  # requests finished or lost
-        self.out = Outcome(np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan),
-                           np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int8),
-                           np.zeros(n, dtype=np.int8))
+        # per-request columns as lists while the run goes (a list's item is several times
+        # cheaper to read and set than a numpy array's); `_finish_stats` makes them arrays
+        nan = float("nan")
+        self.out = Outcome([nan] * n, [nan] * n, [nan] * n, [0] * n, [0] * n, [0] * n)
         self.next_of = _next_of_client(reqs.client).tolist()
         self.open_loop = (reqs.client < 0).tolist()
         self.open_next = 0
-        self.open_order = np.flatnonzero(reqs.client < 0)
+        self.open_order = np.flatnonzero(reqs.client < 0).tolist()
+        self.arrival = reqs.arrival_us.tolist()
         self._route_lists()
 
     def _warm(self, reqs: Requests) -> None:
@@ -82,7 +85,7 @@ class Simulation:
         the pool already (as its earlier turns would have left it), as far as it fits."""
         _, first = np.unique(reqs.parent, return_index=True)
         for i in np.sort(first):
-            if reqs.reuse[i] > 0:
+            if reqs.reuse[i] > 0 and (reqs.warm is None or reqs.warm[i]):
                 self.pool.put(int(reqs.parent[i]), int(reqs.reuse[i]))
 
     # -- events ---------------------------------------------------------------------------
@@ -116,15 +119,16 @@ class Simulation:
 
     def _push_open(self) -> None:
         if self.open_next < len(self.open_order):
-            i = int(self.open_order[self.open_next])
+            i = self.open_order[self.open_next]
             self.open_next += 1
-            self.push(float(self.w.arrival_us[i]), ISSUE, i)
+            self.push(self.arrival[i], ISSUE, i)
 
     def _issue(self, i: int, now: float) -> None:
         if self.open_loop[i]:
             self._push_open()
-        if np.isnan(self.out.issued_us[i]):
-            self.out.issued_us[i] = now
+        issued = self.out.issued_us
+        if issued[i] != issued[i]:  # NaN: its first issue (a retry keeps the first time)
+            issued[i] = now
         c = self.cols
         r = Req(i, c[0][i], c[1][i], c[2][i], c[3][i], c[4][i], c[5][i])
         rank = self.router.prefill(r, self.prefill_ranks, self.pool)
@@ -141,8 +145,8 @@ class Simulation:
         if pooled > local:  # load the rest of the prefix from the pool over RDMA
             info = rank.inst.info
             gpu = info.ranks[rank.index].gpus[0]
-            us = self.c.transfer_us((pooled - local) * info.kv_token_bytes, "rdma")
-            seg_us = us / max(1, self.c.rdma_devices_per_tray)
+            us = self.c.transfer_us((pooled - local) * info.kv_token_bytes, "rdma", info.system)
+            seg_us = us / max(1, self.c.rdma_devices(self.pool.system_of(tray)))
             t0 = now + POOL_LOOKUP_US
             end = max(self.links.reserve((f"pool:{tray}",), t0, seg_us),
                       self.links.reserve((f"nic:{gpu}",), t0, us))
@@ -160,7 +164,7 @@ class Simulation:
         self._enqueue(rank, r, now)
 
     def _enqueue(self, rank: Rank, r: Req, now: float) -> None:
-        if r.isl + r.osl > rank.inst.info.kv_tokens and rank.inst.info.role != "prefill":
+        if rank.inst.info.role != "prefill" and rank.inst.never_fits(r):
             self._settle(r, now, 2)
             return
         rank.enqueue(r)
@@ -174,7 +178,7 @@ class Simulation:
         us = inst.plan()
         first = self.out.first_us
         for r in inst.admitted:
-            if np.isnan(first[r.i]):
+            if first[r.i] != first[r.i]:  # NaN: not yet
                 first[r.i] = now
         inst.busy = us > 0
         if inst.busy:
@@ -208,7 +212,6 @@ class Simulation:
                 rank.join_running(r, inst.step)
         for r in done:
             self._complete(r, now)
-        self.out.preemptions = sum(x.preemptions for x in self.insts)
         self._start(inst, now)
 
     def _hand_off(self, r: Req, src: Rank, now: float) -> None:
@@ -221,7 +224,7 @@ class Simulation:
         a = src.inst.info.ranks[src.index]
         b = dst.inst.info.ranks[dst.index]
         kind = "nvlink" if a.domain == b.domain else "rdma"
-        us = self.c.transfer_us(r.isl * src.inst.info.kv_token_bytes, kind)
+        us = self.c.transfer_us(r.isl * src.inst.info.kv_token_bytes, kind, src.inst.info.system)
         tag = "nvl" if kind == "nvlink" else "nic"
         end = self.links.reserve((f"{tag}-out:{a.gpus[0]}", f"{tag}-in:{b.gpus[0]}"), now, us)
         r.rank = dst
@@ -235,7 +238,7 @@ class Simulation:
             rank.waiting_tokens -= r.base
             self._retry(r, now)
             return
-        if r.isl + r.osl > rank.inst.info.kv_tokens:  # vLLM refuses what can never fit
+        if rank.inst.never_fits(r):  # vLLM refuses what can never fit
             rank.waiting_tokens -= r.base
             self._settle(r, now, 2)
             return
@@ -277,7 +280,7 @@ class Simulation:
         r.rank = None
         if self.out.retries[r.i] < RETRIES:
             self.out.retries[r.i] += 1
-            self.out.first_us[r.i] = np.nan
+            self.out.first_us[r.i] = float("nan")
             self.push(now, ISSUE, r.i)
         else:
             self._settle(r, now, 1)
@@ -331,6 +334,10 @@ class Simulation:
 
     def _finish_stats(self) -> None:
         out = self.out
+        out.issued_us, out.first_us, out.done_us = (
+            np.array(x, dtype=float) for x in (out.issued_us, out.first_us, out.done_us))
+        out.cached = np.array(out.cached, dtype=np.int64)
+        out.lost, out.retries = (np.array(x, dtype=np.int8) for x in (out.lost, out.retries))
         out.preemptions = sum(x.preemptions for x in self.insts)
         for inst in self.insts:
             inst.close()

@@ -27,24 +27,26 @@ class PrefixCache:
         if have is None or want <= 0:
             return 0
         self.entries.move_to_end(key)
-        return min(have, want)
+        return have if have < want else want
 
     def peek(self, key: int, want: int) -> int:
         """What `hit` would find, without touching the recency order."""
         return min(self.entries.get(key, 0), max(0, want))
 
     def put(self, key: int, tokens: int) -> None:
-        tokens = min(tokens, self.capacity)
-        old = self.entries.pop(key, 0)
-        self.used -= old
-        while self.entries and self.used + tokens > self.capacity:
-            gone, size = self.entries.popitem(last=False)
-            self.used -= size
+        cap, entries = self.capacity, self.entries
+        if tokens > cap:
+            tokens = cap
+        used = self.used - entries.pop(key, 0)
+        while entries and used + tokens > cap:
+            gone, size = entries.popitem(last=False)
+            used -= size
             if self.track:
                 self.evicted.append(gone)
         if tokens > 0:
-            self.entries[key] = tokens
-            self.used += tokens
+            entries[key] = tokens
+            used += tokens
+        self.used = used
 
 
 @dataclass
@@ -52,6 +54,7 @@ class PoolSegment:
     tray: str
     cache: PrefixCache
     alive: bool = True
+    system: str = ""  # its tray's system (a mixed fleet's trays differ)
 
 
 @dataclass
@@ -63,9 +66,11 @@ class Pool:
     segments: list[PoolSegment]
     where: dict[int, int] = field(default_factory=dict)  # session -> segment index
     live: list[int] = field(default_factory=list)
+    systems: dict[str, str] = field(default_factory=dict)  # tray -> its system
 
     def __post_init__(self) -> None:
         self.live = [i for i, s in enumerate(self.segments) if s.alive]
+        self.systems = {s.tray: s.system for s in self.segments}
         for s in self.segments:
             s.cache.track = True
 
@@ -89,6 +94,9 @@ class Pool:
             return 0, None
         return got, seg.tray
 
+    def system_of(self, tray: str) -> str:
+        return self.systems.get(tray, "")
+
     def peek(self, key: int, want: int) -> int:
         i = self.where.get(key)
         return 0 if i is None else self.segments[i].cache.peek(key, want)
@@ -98,16 +106,19 @@ class Pool:
         segment its key hashes to (assumed: the master spreads objects evenly)."""
         if tokens <= 0 or not self.live:
             return
-        i = self.where.get(key)
+        where = self.where
+        i = where.get(key)
         if i is None:
             i = self.live[(key * SPREAD_HASH) % (1 << 32) % len(self.live)]
-            self.where[key] = i
-        self.segments[i].cache.put(key, tokens)
-        if key not in self.segments[i].cache.entries:
-            del self.where[key]
-        for gone in self.segments[i].cache.evicted:
-            self.where.pop(gone, None)
-        self.segments[i].cache.evicted.clear()
+            where[key] = i
+        cache = self.segments[i].cache
+        cache.put(key, tokens)
+        if key not in cache.entries:
+            del where[key]
+        if cache.evicted:
+            for gone in cache.evicted:
+                where.pop(gone, None)
+            cache.evicted.clear()
 
     def fail(self, trays: set[str]) -> int:
         """Drop the segments on `trays`; the tokens lost."""
@@ -135,9 +146,14 @@ class Links:
 
     def reserve(self, links: tuple[str, ...], ready: float, duration: float) -> float:
         """The finish time of a transfer over `links`."""
-        start = max([ready] + [self.free_at.get(k, 0.0) for k in links])
+        free_at, busy = self.free_at, self.busy_us
+        start = ready
+        for k in links:
+            t = free_at.get(k, 0.0)
+            if t > start:
+                start = t
         end = start + duration
         for k in links:
-            self.free_at[k] = end
-            self.busy_us[k] = self.busy_us.get(k, 0.0) + duration
+            free_at[k] = end
+            busy[k] = busy.get(k, 0.0) + duration
         return end

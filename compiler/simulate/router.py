@@ -41,15 +41,25 @@ class Router:
         if p == "session":
             return ranks[(r.session * SESSION_HASH) % (1 << 32) % len(ranks)]
         key, want = r.parent, r.reuse
+        best, best_cost = None, 0.0
         if p == "least-uncached":
             pooled = pool.peek(key, want) if pool is not None else 0
-            costs = [k.queued - max(pooled, min(k.cache.entries.get(key, 0), want))
-                     for k in ranks]
-        else:
-            credit = self.credit
-            costs = [credit * (k.queued - min(k.cache.entries.get(key, 0), want))
-                     + k.kv_a + k.kv_r * k.inst.step for k in ranks]
-        return ranks[costs.index(min(costs))]
+            for k in ranks:
+                hit = k.cache.entries.get(key, 0)
+                hit = max(pooled, want if hit > want else hit)
+                cost = k.queued - hit
+                if best is None or cost < best_cost:
+                    best, best_cost = k, cost
+            return best
+        credit = self.credit
+        for k in ranks:  # (a loop, not min over a list: this runs once per request)
+            hit = k.cache.entries.get(key, 0)
+            cost = credit * (k.queued - (want if hit > want else hit))
+            if k.kv_r or k.kv_a:
+                cost += k.kv_a + k.kv_r * k.inst.step
+            if best is None or cost < best_cost:
+                best, best_cost = k, cost
+        return best
 
     @staticmethod
     def decode(ranks: list[Rank], loads: list[float]) -> Rank | None:

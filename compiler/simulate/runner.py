@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING
 
 from compiler.load import Inputs
 from compiler.perf.predict import workload as plan_workload
+from compiler.perf.serving import Workload
 from compiler.plan import Plan
 from compiler.simulate import report
 from compiler.simulate.cluster import build_cluster
 from compiler.simulate.engine import Outcome, Simulation
 from compiler.simulate.faults import parse_faults
-from compiler.simulate.workload import Requests, generate, read_trace
+from compiler.simulate.workload import TRACE_BLOCK_SIZE, Requests, generate, read_trace
 
 if TYPE_CHECKING:
     from compiler.plan import Simulated
@@ -27,6 +28,7 @@ class Options:
     # at the plan's predicted rate when the deployment states none (throughput mode)
     trace: Path | None = None
     trace_name: str = ""
+    trace_block_size: int = TRACE_BLOCK_SIZE  # tokens per hash block of the trace's hash_ids
     requests: int = 10_000
     seed: int = 0
     policies: tuple[str, ...] = ()  # empty: the plan's routing policy
@@ -49,11 +51,23 @@ def slo_of(inputs: Inputs) -> dict[str, float]:
     return out
 
 
-def requests_for(inputs: Inputs, plan: Plan, opts: Options) -> Requests:
+def fleet_workload(fleet: tuple[Inputs, ...]) -> Workload:
+    """The workload of a whole fleet: its groups' shares (compiler.load gives each group the
+    sessions and clients it serves) added back up; lengths and reuse are every group's."""
+    w = plan_workload(fleet[0])
+    if len(fleet) == 1:
+        return w
+    shares = [plan_workload(i) for i in fleet]
+    return replace(w, concurrency=sum(x.concurrency for x in shares),
+                   sessions=sum(x.sessions for x in shares))
+
+
+def requests_for(inputs: Inputs, plan: Plan, opts: Options,
+                 fleet: tuple[Inputs, ...] = ()) -> Requests:
     max_len = plan.serving.max_model_len
     if opts.trace is not None:
-        return read_trace(opts.trace, opts.trace_name, max_len)
-    w = plan_workload(inputs)
+        return read_trace(opts.trace, opts.trace_name, max_len, opts.trace_block_size)
+    w = fleet_workload(fleet or (inputs,))
     profile = opts.profile
     if profile is None:
         stated = inputs.deployment.spec.workload.concurrency is not None \
@@ -65,12 +79,15 @@ def requests_for(inputs: Inputs, plan: Plan, opts: Options) -> Requests:
     return generate(profile, replace(w), opts.requests, opts.seed, rate, max_len)
 
 
-def simulate(inputs: Inputs, plan: Plan, opts: Options
+def simulate(inputs: Inputs, plan: Plan, opts: Options, fleet: tuple[Inputs, ...] = ()
              ) -> tuple[dict[str, dict], dict[str, tuple[Outcome, Requests]]]:
-    """Metrics per routing policy (same requests, same seed), and the raw outcomes."""
-    reqs = requests_for(inputs, plan, opts)
+    """Metrics per routing policy (same requests, same seed), and the raw outcomes. A mixed
+    fleet's plan takes `fleet` (each group's inputs, `inputs` the first): one router and one
+    pool over every group's instances, as the plan deploys them."""
+    reqs = requests_for(inputs, plan, opts, fleet)
     faults = parse_faults(list(opts.faults), plan)
-    cluster = build_cluster(inputs, plan, plan_workload(inputs))
+    cluster = build_cluster(inputs, plan, fleet_workload(fleet or (inputs,)),
+                            fleet if len(fleet) > 1 else ())
     policies = opts.policies or (plan.routing.policy,)
     gpus = sum(len(i.gpus) for i in plan.instances)
     slo = slo_of(inputs)

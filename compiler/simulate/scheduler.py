@@ -221,6 +221,13 @@ class Instance:
         self.step_us = 0.0
         self.step_running = 0
 
+    def never_fits(self, r: Req) -> bool:
+        """Whether `r` alone outgrows a rank's KV cache before it finishes: its prompt and
+        output with the half block the scheduler reserves per running request. Such a request
+        would be preempted as soon as it is admitted, recomputed and preempted again, forever;
+        it is refused instead (vLLM refuses what can never be allocated)."""
+        return r.isl + r.osl + self.half_block > self.info.kv_tokens
+
     def plan(self) -> float:
         """Schedule the next step on every rank; its duration (us), 0 when there is nothing
         to do. Preempts where the KV cache would overflow."""

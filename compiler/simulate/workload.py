@@ -22,7 +22,14 @@ BRANCH_P = 0.1  # assumed: share of agent turns that start a sub-agent
 BRANCH_TURNS = 3  # assumed: turns of a sub-agent before it returns to its parent
 CONTEXT_CAP = 131072  # an agent's context is reset beyond this (InferenceX issue 1632's cap)
 TRACE_FIELDS = ("arrival_s", "session", "think_s", "input_tokens", "output_tokens",
-                "prefix_tokens")
+                "prefix_tokens", "hash_ids")
+# the Mooncake trace's names (kvcache-ai/Mooncake's FAST25-release traces, as Dynamo's
+# benchmarks/data_generator/README.md and AIPerf's trace replay read them): timestamp in ms
+MOONCAKE_FIELDS = {"timestamp": "arrival_s", "input_length": "input_tokens",
+                   "output_length": "output_tokens"}
+# tokens per hash block of a Mooncake trace (Dynamo's benchmarks/data_generator/README.md:
+# "block_size" 512 in its example; AISBench's mooncake_trace README: 512 tokens by default)
+TRACE_BLOCK_SIZE = 512
 TRACE_MAX_LINES = 10_000_000
 
 
@@ -41,6 +48,8 @@ class Requests:
     client: np.ndarray
     arrival_us: np.ndarray
     think_us: np.ndarray
+    warm: np.ndarray | None = None  # per request: its `reuse` context may be in the pool at
+    # the start (earlier turns before the run); None: every request's may
 
     def __len__(self) -> int:
         return len(self.isl)
@@ -151,14 +160,20 @@ def _agentic(rng: np.random.Generator, w: Workload, n: int, max_len: int) -> Req
 def _bad(file: str, line: int, path: str, expected: str, got: str) -> Diagnostic:
     return Diagnostic("error", "E752", file, line, 1, path, expected, got,
                       "each line: {\"arrival_s\" or \"session\", \"input_tokens\", "
-                      "\"output_tokens\"[, \"prefix_tokens\", \"think_s\"]} (docs/simulate.md)")
+                      "\"output_tokens\"[, \"prefix_tokens\" or \"hash_ids\", \"think_s\"]}, "
+                      "or a Mooncake trace's {\"timestamp\", \"input_length\", "
+                      "\"output_length\", \"hash_ids\"} (docs/simulate.md)")
 
 
-def read_trace(path: Path, file: str, max_len: int = CONTEXT_CAP) -> Requests:
+def read_trace(path: Path, file: str, max_len: int = CONTEXT_CAP,
+               block_size: int = TRACE_BLOCK_SIZE) -> Requests:
     """A JSON Lines trace: per line `input_tokens`, `output_tokens`, optional
-    `prefix_tokens` (of the input, the session's earlier context) and either `arrival_s`
-    (open loop) or `session` with `think_s` (turns of a session follow each other in file
-    order, each `think_s` after the previous finished). All bad lines are reported at once."""
+    `prefix_tokens` (of the input, the session's earlier context) or `hash_ids` (its prompt's
+    blocks of `block_size` tokens, as Mooncake traces give them: `hash_prefixes` turns them
+    into the earlier request each continues) and either `arrival_s` (open loop) or `session`
+    with `think_s` (turns of a session follow each other in file order, each `think_s` after
+    the previous finished). A Mooncake trace's `timestamp` (ms), `input_length` and
+    `output_length` are read as those. All bad lines are reported at once."""
     rows, errors = [], []
     with path.open(encoding="utf-8", errors="replace") as f:
         for number, text in enumerate(f, 1):
@@ -168,27 +183,79 @@ def read_trace(path: Path, file: str, max_len: int = CONTEXT_CAP) -> Requests:
                 break
             if not text.strip():
                 continue
-            row = _trace_row(text, file, number, max_len, errors)
+            row = _trace_row(text, file, number, max_len, block_size, errors)
             if row is not None:
                 rows.append(row)
     if not rows and not errors:
         errors.append(_bad(file, 1, "", "at least one request", "an empty file"))
     if errors:
         raise CompileError(errors[:50])
+    hashes = [r.pop("hash_ids") for r in rows]
     arr = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     sessions = arr["session"].astype(np.int64)
     open_loop = sessions < 0
     order = np.argsort(np.where(open_loop, arr["arrival_s"], 0.0), kind="stable")
     arr = {k: v[order] for k, v in arr.items()}
     sessions = arr["session"].astype(np.int64)
-    return Requests(arr["input_tokens"].astype(np.int64), arr["output_tokens"].astype(np.int64),
-                    arr["prefix_tokens"].astype(np.int64), np.where(sessions < 0, -1 - np.arange(
-                        len(sessions)), sessions), np.where(sessions < 0, -1 - np.arange(
-                            len(sessions)), sessions), sessions,
-                    arr["arrival_s"] * 1e6, arr["think_s"] * 1e6)
+    isl = arr["input_tokens"].astype(np.int64)
+    key = np.where(sessions < 0, -1 - np.arange(len(sessions)), sessions)
+    parent, reuse = key.copy(), arr["prefix_tokens"].astype(np.int64)
+    hashed = [hashes[j] for j in order.tolist()]
+    warm = None
+    if any(h is not None for h in hashed):
+        key, parent, reuse = hash_prefixes(hashed, isl, key, parent, reuse, block_size)
+        warm = np.array([h is None for h in hashed])
+    return Requests(isl, arr["output_tokens"].astype(np.int64), reuse, key, parent, sessions,
+                    arr["arrival_s"] * 1e6, arr["think_s"] * 1e6, warm)
 
 
-def _trace_row(text: str, file: str, number: int, max_len: int,
+def hash_prefixes(hashed: list[list[int] | None], isl: np.ndarray, key: np.ndarray,
+                  parent: np.ndarray, reuse: np.ndarray, block_size: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Requests given as block hashes (in issue order) as the simulator's prefix model sees
+    them: each continues the earlier request that shares the longest run of leading blocks
+    with it (a trie of the block sequences seen so far, as a radix-tree prefix cache matches
+    them; of several, the first to bring the blocks, whose entry its followers' hits keep
+    warm and which has stored them soonest), `reuse` = those blocks' tokens. A request that
+    continues the whole of the earlier one's blocks takes over its cache key (a
+    conversation's next turn: one growing entry);
+    one that branches off keeps its own key, so the shared blocks are held once per branch
+    (an upper bound on the cache space a block-level cache would need). None of it is in
+    a cache before the run (`Requests.warm`): the trace is the whole history."""
+    key, parent, reuse = key.copy(), parent.copy(), reuse.copy()
+    trie: dict[tuple[int, int], int] = {}
+    owner = [0]  # per trie node: the key of the request that brought it (node 0: the root)
+    length: dict[int, int] = {}  # per key: blocks of its latest request
+    for i, ids in enumerate(hashed):
+        if ids is None:
+            continue
+        node, depth = 0, 0
+        for h in ids:
+            nxt = trie.get((node, h))
+            if nxt is None:
+                break
+            node, depth = nxt, depth + 1
+        if depth:
+            o = owner[node]
+            parent[i] = o
+            reuse[i] = min(int(isl[i]), depth * block_size)
+            if length.get(o) == depth:
+                key[i] = o
+        else:
+            parent[i] = key[i]
+        me = int(key[i])
+        node = 0
+        for h in ids:
+            nxt = trie.get((node, h))
+            if nxt is None:
+                nxt = trie[(node, h)] = len(owner)
+                owner.append(me)
+            node = nxt
+        length[me] = len(ids)
+    return key, parent, reuse
+
+
+def _trace_row(text: str, file: str, number: int, max_len: int, block_size: int,
                errors: list[Diagnostic]) -> dict | None:
     try:
         obj = json.loads(text)
@@ -198,11 +265,18 @@ def _trace_row(text: str, file: str, number: int, max_len: int,
     if not isinstance(obj, dict):
         errors.append(_bad(file, number, "", "a JSON object", type(obj).__name__))
         return None
-    unknown = sorted(set(obj) - set(TRACE_FIELDS))
+    unknown = sorted(set(obj) - set(TRACE_FIELDS) - set(MOONCAKE_FIELDS))
     if unknown:
-        errors.append(_bad(file, number, unknown[0], " | ".join(TRACE_FIELDS),
-                           repr(unknown[0])))
+        errors.append(_bad(file, number, unknown[0],
+                           " | ".join(TRACE_FIELDS + tuple(MOONCAKE_FIELDS)), repr(unknown[0])))
         return None
+    for alias, name in MOONCAKE_FIELDS.items():
+        if alias in obj:
+            if name in obj:
+                errors.append(_bad(file, number, alias, f"one of {alias} and {name}", "both"))
+                return None
+            v = obj.pop(alias)
+            obj[name] = v / 1e3 if alias == "timestamp" and _is_number(v) else v
 
     def number_of(key: str, lo: float, hi: float, default: float | None, integer: bool):
         v = obj.get(key, default)
@@ -228,5 +302,33 @@ def _trace_row(text: str, file: str, number: int, max_len: int,
         errors.append(_bad(file, number, "prefix_tokens", f"at most input_tokens ({isl})",
                            str(prefix)))
         return None
+    hashes = obj.get("hash_ids")
+    if hashes is not None and not _hash_ids_ok(hashes, isl, block_size, "prefix_tokens" in obj,
+                                               file, number, errors):
+        return None
     return {"input_tokens": isl, "output_tokens": osl, "prefix_tokens": prefix,
-            "session": session, "arrival_s": float(arrival), "think_s": float(think)}
+            "session": session, "arrival_s": float(arrival), "think_s": float(think),
+            "hash_ids": hashes}
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _hash_ids_ok(hashes: object, isl: int, block_size: int, has_prefix: bool, file: str,
+                 number: int, errors: list[Diagnostic]) -> bool:
+    """A non-empty list of integer block hashes, at most one per `block_size` tokens of the
+    prompt (its last block may be partial), on a line that gives no `prefix_tokens` too."""
+    blocks = -(-isl // block_size)
+    if has_prefix:
+        errors.append(_bad(file, number, "hash_ids", "hash_ids or prefix_tokens", "both"))
+    elif not isinstance(hashes, list) or not hashes \
+            or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
+        errors.append(_bad(file, number, "hash_ids", "a non-empty list of integers",
+                           json.dumps(hashes)[:60]))
+    elif len(hashes) > blocks:
+        errors.append(_bad(file, number, "hash_ids", f"at most {blocks} blocks of "
+                           f"{block_size} tokens for {isl} input tokens", str(len(hashes))))
+    else:
+        return True
+    return False

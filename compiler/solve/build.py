@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 
 from compiler import graph
+from compiler.ids import gpu_id
 from compiler.load import Inputs, layout
 from compiler.perf.capacity import Candidate, pinned_candidate
 from compiler.perf.predict import pool_tokens, workload
@@ -42,7 +43,7 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
         reqs[key] = Requirement(key, "hardware", ("spec", "unavailable", "trays", k),
                                 f"tray {tray} unavailable")
         rack, t = divmod(tray, layout(inputs.hardware, inputs.system)[1])
-        down[key] = {f"{graph.tray_id(rack, t)}-g{i}" for i in range(per)}
+        down[key] = {gpu_id(inputs.offsets.racks + rack, t, i) for i in range(per)}
     for k, gid in enumerate(spec.unavailable.gpus):
         key = f"unavailable:gpus:{k:02d}"
         reqs[key] = Requirement(key, "hardware", ("spec", "unavailable", "gpus", k),

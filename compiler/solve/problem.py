@@ -117,7 +117,7 @@ def domains(inputs: Inputs, g: nx.Graph) -> list[Domain]:
     trays = graph.trays(g)
     if inputs.system.form == "hgx":
         return [Domain("cluster", tuple(trays), per_tray)]
-    by_rack: dict[int, list[str]] = {}
+    by_fabric: dict[str, list[str]] = {}  # a rack's NVLink domain (its id: graph.build_graph)
     for t in trays:
-        by_rack.setdefault(g.nodes[t]["rack"], []).append(t)
-    return [Domain(f"nvl{r}", tuple(ts), per_tray) for r, ts in sorted(by_rack.items())]
+        by_fabric.setdefault(g.nodes[graph.gpus_of_tray(g, t)[0]]["nvlink_domain"], []).append(t)
+    return [Domain(f, tuple(ts), per_tray) for f, ts in by_fabric.items()]

@@ -65,11 +65,11 @@ def nodes(plan: Plan, requested: tuple[str, ...] = ()) -> list[Node]:
     """The schedulable nodes: trays that are available; GPUs less the unavailable ones; host
     memory of the tray (the rack manifest's override, else the catalog's); the tray's RDMA
     devices under each RDMA resource name `requested` (is_rdma). Memory is the allocatable:
-    the tray's less the site's node reserve (`Plan.site.host_reserved_gib`). Labels: the manifest's
-    `node_labels` (less values GPU Feature Discovery cannot write), and those the kubelet sets
-    whose values are known (`kubernetes.io/arch`, `kubernetes.io/os`, and
-    `kubernetes.io/hostname` where the site says it is the node name). A mixed fleet: each
-    group's nodes, as its system has them."""
+    the tray's less the site's node reserve (`Plan.host_reserved_gib_of`: a mixed fleet's
+    group has its own). Labels: the manifest's `node_labels` (less values GPU Feature
+    Discovery cannot write), and those the kubelet sets whose values are known
+    (`kubernetes.io/arch`, `kubernetes.io/os`, and `kubernetes.io/hostname` where the site
+    says it is the node name). A mixed fleet: each group's nodes, as its system has them."""
     return [n for hw in plan.fleet for n in _nodes(plan, hw, requested)]
 
 
@@ -81,7 +81,7 @@ def _nodes(plan: Plan, hw: Hardware, requested: tuple[str, ...]) -> list[Node]:
               if k not in GFD_FORMATS or GFD_FORMATS[k].fullmatch(v)}
     labels.update({"kubernetes.io/arch": hw.arch, **OS_LABELS})
     site = _site(plan)
-    allocatable = Fraction(dram_gib) - Fraction(site.host_reserved_gib if site else 0)
+    allocatable = Fraction(dram_gib) - Fraction(plan.host_reserved_gib_of(hw) if site else 0)
     hostname = site is not None and site.pin_by_hostname  # the user says they are equal
     down = set(hw.unavailable_gpus)
     out = []

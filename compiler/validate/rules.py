@@ -43,6 +43,9 @@ Rules and where their facts come from:
 - capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
   per-instance-placement:
   compiler/validate/workloads.py says where each comes from.
+- engine-matches-plan: every engine is a plan instance's, with its numbers
+  (compiler/validate/engine_plan.py); pool-matches-plan: each Mooncake client file registers the
+  plan's segment over its transport and HCAs (compiler/validate/pool_plan.py).
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
   low-latency, the environment of all-to-all backends across trays; a Dynamo worker against the
@@ -59,7 +62,7 @@ from typing import Any
 
 from compiler import ports
 from compiler.plan import Plan
-from compiler.validate import bundle, placement, pods, workloads
+from compiler.validate import bundle, engine_plan, placement, pods, pool_plan, workloads
 from compiler.validate.finding import Finding
 from compiler.validate.pods import Engine, Node, PodGroup
 from schemas.diagnostics import Diagnostic
@@ -688,6 +691,8 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "cpu-pods-arch": "E836",
     "dynamo-connector": "E837",
     "per-instance-placement": "E838",
+    "engine-matches-plan": "E839",
+    "pool-matches-plan": "E840",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-cpu",
                         "node-memory", "host-ports-per-node"})
@@ -708,6 +713,8 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
     (dynamo_connector, frozenset({"dynamo-connector"})),
     (workloads.per_instance_placement, frozenset({"per-instance-placement"})),
+    (engine_plan.engine_matches_plan, frozenset({"engine-matches-plan"})),
+    (pool_plan.pool_matches_plan, frozenset({"pool-matches-plan"})),
 )
 # The rules `rackc compile` enforces on what it emits (exit 3, nothing written). A rule joins
 # when the targets no longer break it on the examples (tests/validate/test_examples.py).

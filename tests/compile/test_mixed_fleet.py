@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api
-from compiler.plan import Fleet
+from compiler import api, cli, fleet
+from compiler.ids import natural
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
 
@@ -37,8 +37,17 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def mixed():
-    return api.compile(MIXED)
+def group_plans():
+    """The groups' own plans, as the mixed example's compile hands them to compiler.fleet."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def mixed(group_plans):
+    real = fleet.merge
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fleet, "merge", lambda f, plans: group_plans.extend(plans) or real(f, plans))
+        return api.compile(MIXED)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +71,9 @@ def test_instances_stay_in_their_group_and_fit_its_system(case, request):
     result = request.getfixturevalue(case)
     plan = result.plan
     check_plan(plan)  # includes: no instance straddles groups, each names its group
-    assert isinstance(plan.hardware, Fleet) and len(plan.fleet) == 2
+    assert plan.mixed and len(plan.fleet) == 2
     for inst in plan.instances:
-        hw = plan.hardware_of(inst.trays[0])
+        hw = plan.system_of(inst)
         per_domain = hw.hbm_gib_per_gpu / hw.domains_per_gpu
         for gpu in inst.gpus:  # its memory map is its system's HBM
             for d in range(hw.domains_per_gpu):
@@ -95,6 +104,51 @@ def test_the_router_and_the_pool_span_the_fleet(mixed):
     groups = plan.hardware.groups
     assert plan.predicted.requests_per_s == pytest.approx(
         sum(g.predicted.requests_per_s for g in groups), abs=0.01)
+
+
+def test_the_plan_and_report_say_pairs_may_cross_groups(mixed):
+    """Each group is predicted with its own P/D pairs while one router serves them all: the
+    plan records it (a decision) and the report warns before deploying."""
+    [d] = [d for d in mixed.plan.decisions if d.path == "routing.groups"]
+    assert d.value == "one router over every group" and "prediction does not cover" in d.why
+    report = mixed.artifacts["report/performance.md"]
+    deploy = report[report.index("## Before you deploy"):]
+    assert "another's decode" in deploy and "routing.groups" in deploy
+
+
+def test_every_instance_keeps_its_decisions_under_its_own_id(mixed, group_plans, tmp_path,
+                                                              capsys):
+    """No decision is dropped, and none is left under the id a group used before merging: the
+    groups' plans already have the fleet's ids; their settings are named by group."""
+    plan = mixed.plan
+    assert len(group_plans) == len(plan.hardware.groups) == 2
+    # and the fleet's own: how P/D pairs across groups are routed
+    assert len(plan.decisions) == sum(len(p.decisions) for p in group_plans) + 1
+    paths = [d.path for d in plan.decisions]
+    assert len(paths) == len(set(paths))
+    for own, group in zip(group_plans, plan.hardware.groups, strict=True):
+        assert {i.id for i in own.instances} == {i.id for i in plan.instances
+                                                 if i.group == group.name}
+        for d in own.decisions:
+            own_id = d.path.startswith(("instances.", "kv_pool.segments."))
+            named = d if own_id else d.model_copy(
+                update={"path": f"groups.{group.name}.{d.path}"})
+            assert named in plan.decisions
+    ids = {i.id for i in plan.instances}
+    assert {p.split(".")[1] for p in paths if p.startswith("instances.")} == ids
+    for inst in plan.instances:
+        assert f"instances.{inst.id}" in paths
+    (tmp_path / "plan.yaml").write_text(mixed.artifacts["plan.yaml"])
+    last = max((i.id for i in plan.instances if i.group == "vr-a"), key=natural)
+    assert last.startswith("prefill-") and natural(last)[1] > 0
+    capsys.readouterr()
+    assert cli.main(["explain", str(tmp_path / "plan.yaml"), f"instances.{last}"]) == 0
+    assert capsys.readouterr().out.startswith(f"instances.{last} = ")
+    # a group setting by its plain path: every group's
+    assert cli.main(["explain", str(tmp_path / "plan.yaml"), "serving.block_size"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" = ")[0] for line in out] == [
+        "groups.gb300-a.serving.block_size", "groups.vr-a.serving.block_size"]
 
 
 def test_each_group_keeps_its_system_settings(vr_and_hgx):
@@ -136,3 +190,147 @@ def test_group_ids_outside_the_group_are_blamed_on_the_group(tmp_path):
         api.check(tmp_path / "deployment.yaml")
     [d] = exc.value.diagnostics
     assert (d.code, d.path, d.line) == ("E205", "spec.groups[1].unavailable.gpus[0]", 16)
+
+
+def _vera_rubin_first(folder: Path, fraction: float) -> Path:
+    """The mixed example with its groups swapped (Vera Rubin, 1397 GiB a tray, first) and the
+    DRAM pool asking `fraction` of each tray."""
+    cluster = yaml.safe_load((MIXED.parent / "cluster.yaml").read_text())
+    cluster["spec"]["groups"].reverse()
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    pool = "kv_pool: {dram: true, hbm: false"
+    text = MIXED.read_text().replace(pool + "}", f"{pool}, dram_fraction: {fraction}}}")
+    assert f"dram_fraction: {fraction}" in text
+    (folder / "deployment.yaml").write_text(text)
+    return folder / "deployment.yaml"
+
+
+def test_each_node_has_its_own_groups_reserve(tmp_path):
+    """A GB300 tray (894 GiB) keeps the reserve of its own DRAM, not the Vera Rubin group's
+    before it: its pods, sized against its own allocatable, fit (they failed E826 when the
+    first group's reserve was applied to every node)."""
+    from compiler.validate import pods
+
+    result = api.compile(_vera_rubin_first(tmp_path, 0.55), only=("k8s",))
+    plan = result.plan
+    vr, gb300 = plan.hardware.groups
+    assert (vr.hardware.system, gb300.hardware.system) == ("vera-rubin-nvl72", "gb300-nvl72")
+    assert vr.host_reserved_gib > gb300.host_reserved_gib
+    allocatable = {n.tray: n.capacity[pods.MEMORY] / 2**30 for n in pods.nodes(plan)}
+    assert plan.host_memory  # every tray running engines: the budget's capacity less reserve
+    for tray, host in plan.host_memory.items():
+        assert float(allocatable[tray]) == pytest.approx(host.capacity_gib - host.reserved_gib)
+
+
+PINNED = """\
+  objective:
+    mode: pinned
+    instances:
+      - {role: prefill, shape: DEP8, count: 1}
+      - {role: decode, shape: DEP8, count: 1}
+"""
+
+
+def _pinned(folder: Path, groups: int) -> Path:
+    """The mixed example with its layout pinned, over its first `groups` groups."""
+    cluster = yaml.safe_load((MIXED.parent / "cluster.yaml").read_text())
+    cluster["spec"]["groups"] = cluster["spec"]["groups"][:groups]
+    (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    text = re.sub(r"  objective:\n(    .*\n)+", PINNED, MIXED.read_text())
+    assert "mode: pinned" in text and "mode: throughput" not in text
+    (folder / "deployment.yaml").write_text(text)
+    return folder / "deployment.yaml"
+
+
+def test_pinned_counts_on_a_mixed_fleet_are_refused(tmp_path):
+    """Each group would place every pin (twice the counts on two groups): refused, at the
+    deployment's objective.mode, by check and compile alike."""
+    deployment = _pinned(tmp_path, 2)
+    for run in (api.check, lambda p: api.compile(p, only=("vllm",))):
+        with pytest.raises(CompileError) as exc:
+            run(deployment)
+        [d] = exc.value.diagnostics
+        assert (d.code, d.path, d.line) == ("E211", "spec.objective.mode", 15)
+        assert d.file.endswith("deployment.yaml")
+        assert "gb300-nvl72, vera-rubin-nvl72" in d.got
+
+
+def test_pinned_counts_on_one_group_are_placed_once(tmp_path):
+    result = api.compile(_pinned(tmp_path, 1), only=("vllm",))
+    assert sorted((i.role, i.shape) for i in result.plan.instances) == [
+        ("decode", "DEP8"), ("prefill", "DEP8")]
+
+
+def test_a_one_system_plan_is_a_fleet_of_one_group():
+    """One shape of hardware for every plan: the accessors answer for one system as for a
+    mixed fleet, and the one group leaves serving and the prediction to the plan."""
+    from compiler.plan import load_plan
+
+    golden = ROOT / "tests" / "golden" / "hgx-h200-deepseek-v3" / "plan" / "plan.yaml"
+    plan = load_plan(golden.read_text())
+    [group] = plan.hardware.groups
+    assert not plan.mixed and group.name == "h200"
+    assert (group.serving, group.predicted, group.host_reserved_gib) == (None, None, None)
+    assert plan.hardware.system == group.hardware.system == "hgx-h200"
+    for inst in plan.instances:
+        assert plan.system_of(inst) is group.hardware and inst.group is None
+        assert plan.serving_of(inst) is plan.serving
+    assert plan.host_reserved_gib_of(group.hardware) == plan.site.host_reserved_gib
+
+
+HGX_PAIR = """\
+apiVersion: rackc.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: hgx
+spec:
+  groups:
+    - name: h200
+      system: hgx-h200
+      nodes: 4
+    - name: b200
+      system: hgx-b200
+      nodes: 4
+"""
+PP = ROOT / "examples" / "hgx-h200-x4-deepseek-v3-128k-pp" / "deployment.yaml"
+
+
+def test_a_fleet_with_pipelined_prefill_gets_its_report(tmp_path):
+    """Review 3's F3: the report read the plan's hardware form, which a fleet has only per
+    group (exit 70). The PP example over H200 and B200 nodes, its pins (E211) made a search
+    of the same shapes: each group's pipelined prefill is described with its own links."""
+    (tmp_path / "cluster.yaml").write_text(HGX_PAIR)
+    text = re.sub(r"  objective:\n(    .*\n)+", "  objective:\n    mode: throughput\n"
+                  "    layout: disaggregated\n"
+                  "    shapes: {prefill: [TP8EP8PP2], decode: [TP8]}\n", PP.read_text())
+    assert "rack: cluster.yaml" in text and "mode: pinned" not in text
+    (tmp_path / "deployment.yaml").write_text(text)
+    result = api.compile(tmp_path / "deployment.yaml", only=("report",))
+    prefill = [i for i in result.plan.instances if i.role == "prefill"]
+    assert {i.group for i in prefill} == {"h200", "b200"} and all(i.pp == 2 for i in prefill)
+    report = result.artifacts["report/performance.md"]
+    for inst in prefill:
+        assert f"### {inst.id}: TP8EP8PP2, 2 pipeline stages" in report
+
+
+def test_rackc_check_of_a_mixed_fleet_exits_0(capsys):
+    """`check` predicted pinned layouts through the one-system loader, which refuses a fleet
+    (E210): the mixed example's check ended in a traceback (exit 70)."""
+    assert cli.main(["check", str(MIXED)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok: gb300-nvl72 + vera-rubin-nvl72, 2 rack(s)")
+
+
+def test_a_reserve_the_user_sets_settles_the_nccl_notice_of_every_group(mixed):
+    """preflight finds the reserve's decision under each group's name, as under the plain
+    path of a one-system plan."""
+    from compiler.preflight import notices
+
+    plan = mixed.plan
+    named = [d.path for d in plan.decisions if d.path.endswith(".memory.reserved_gib")]
+    assert named == ["groups.gb300-a.memory.reserved_gib", "groups.vr-a.memory.reserved_gib"]
+    assert [n for n in notices(plan) if n.path == "serving.gpu_reserve_gib"]
+    user = plan.model_copy(update={"decisions": [
+        d.model_copy(update={"source": "user"}) if d.path in named else d
+        for d in plan.decisions]})
+    assert not [n for n in notices(user) if n.path == "serving.gpu_reserve_gib"]

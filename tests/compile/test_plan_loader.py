@@ -102,6 +102,7 @@ def test_a_kept_instance_of_a_shape_the_deployment_cannot_run_is_refused():
     doc["instances"][0]["rank_groups"] = [{**doc["instances"][0]["rank_groups"][0],
                                            "gpus": FIRST.gpus[:1],
                                            "cuda_devices": FIRST.rank_groups[0].cuda_devices[:1]}]
+    doc["instances"][0]["workload"] = doc["instances"][0]["id"] + "-tp1"
     doc["instances"][0].pop("stage_layers", None)
     base = load_plan(yaml.safe_dump(doc, sort_keys=False))  # consistent in itself
     with pytest.raises(CompileError) as info:
@@ -109,3 +110,16 @@ def test_a_kept_instance_of_a_shape_the_deployment_cannot_run_is_refused():
                     only=(), base=base)
     (d,) = info.value.diagnostics
     assert d.code == "E704" and d.path.startswith("--from instances[0]") and "TP1" in d.got
+
+
+def test_a_gpu_id_twice_in_the_hardware_is_blamed_at_its_line():
+    """The hardware is a fleet of groups (one here): the second tray's first GPU renamed to
+    the first tray's is placed at its own line under hardware.groups."""
+    first, second = PLAN.fleet[0].trays[:2]
+    old = f"    - {second.gpus[0]}\n"
+    at = TEXT.index(old)
+    text = TEXT[:at] + f"    - {first.gpus[0]}\n" + TEXT[at + len(old):]
+    found = errors(text)
+    line, path, said = found[0]
+    assert path == "hardware.groups[0].hardware.trays[1].gpus[0]" and "second time" in said
+    assert line == line_of(TEXT, old)

@@ -36,5 +36,5 @@ def cluster(instances: list[InstanceInfo], pool_tokens: int = 0) -> Cluster:
 
 
 class _Cluster(Cluster):
-    def transfer_us(self, nbytes: float, kind: str) -> float:
+    def transfer_us(self, nbytes: float, kind: str, system: str = "") -> float:
         return 10.0 + nbytes / (100e3 if kind == "nvlink" else 50e3)

@@ -1,5 +1,7 @@
 """The event loop's invariants, as properties over random small workloads and clusters."""
 
+import signal
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,7 +53,7 @@ def test_every_request_finishes_or_is_reported_lost(wl, kind, kv, policy):
     assert (out.first_us[ok] >= out.issued_us[ok]).all()
     assert (out.done_us[ok] >= out.first_us[ok]).all()
     # too long for the KV cache is the only way to be lost without a fault
-    too_long = reqs.isl + reqs.osl > kv
+    too_long = reqs.isl + reqs.osl + sim.insts[-1].half_block > kv
     assert set(np.flatnonzero(out.lost > 0)) <= set(np.flatnonzero(too_long))
     # no KV block served twice: a rank never holds more than its cache after scheduling
     assert out.peak_kv_share <= 1.0 + 1e-9
@@ -118,3 +120,26 @@ def test_session_pinning_beats_random_on_rank_caches():
                  instance("decode-00", "decode", dp=2, max_seqs=8, tray="r0-t02")])
     hits = {p: Simulation(c, reqs, p, 2).run().cached.sum() for p in ("session", "random")}
     assert hits["session"] > 1.5 * hits["random"]
+
+
+def test_a_request_that_only_fits_without_its_last_block_is_refused_not_cycled():
+    """One request whose prompt and output fit the KV cache to the token but not with the
+    scheduler's half block: admitted, it would be preempted at once and recomputed forever
+    (hypothesis found this case: agentic, 2 clients, an aggregated rank of 10,236 tokens)."""
+    reqs = generate("agentic", Workload(**{**W.__dict__, "concurrency": 2}), 107, 42106, 40.0)
+    sim = Simulation(_agg(kv_tokens=10_236), reqs, "round-robin", 42106)
+
+    def stuck(*_):
+        raise TimeoutError("the run does not end")
+
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(60)
+    try:
+        out = sim.run()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    edge = (reqs.isl + reqs.osl <= 10_236) & (reqs.isl + reqs.osl + sim.insts[0].half_block
+                                              > 10_236)
+    assert edge.any() and (out.lost[edge] == 2).all()
+    assert (np.isfinite(out.done_us) ^ (out.lost > 0)).all()

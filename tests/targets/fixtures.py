@@ -23,6 +23,8 @@ from compiler.memory import GpuBudget
 from compiler.plan import (
     DomainMemory,
     EngramShard,
+    Fleet,
+    FleetGroup,
     Hardware,
     HostMemory,
     Instance,
@@ -179,7 +181,8 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
     pool = kv_pool(used_trays, dram_gib)
     return Plan(
         inputs_digest="sha256:fixture-" + serving.name,
-        hardware=hardware, model=model, serving=serving, instances=instances,
+        hardware=Fleet(groups=[FleetGroup(name="fixture", hardware=hardware)]), model=model,
+        serving=serving, instances=instances,
         memory=dict(sorted(memory.items())),
         host_memory=host(instances, model, dram_gib, tray_dram_gib), engram_shards=shards,
         kv_pool=pool,
@@ -342,7 +345,7 @@ def vr_nvl72_site_plan() -> Plan:
                                         "value": "llm", "effect": "NoExecute"}]},
     })
     return plan.model_copy(update={"site": site.lower_site(
-        cfg, catalog.model(plan.model.name).spec, plan.hardware, plan.instances, plan.kv_pool,
+        cfg, catalog.model(plan.model.name).spec, plan.fleet[0], plan.instances, plan.kv_pool,
         host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version)})
 
 

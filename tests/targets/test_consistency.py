@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import yaml
 
+from compiler.names import DNS_LABEL, MAX_LABEL
 from compiler.plan import Plan, dump_plan, load_plan
 from targets import TARGETS
-from targets._names import DNS_LABEL, MAX_LABEL
 from targets._yaml import dump_documents, dump_yaml
 from tests.targets import emitted
 from tests.targets.fixtures import ALL_CASES, POOL_CASES, POOL_FREE
@@ -235,7 +235,7 @@ def test_claims_reference_a_compute_domain_of_the_bundle(case):
         claimed = {c["resourceClaimTemplateName"] for d in docs for c in _claims(d)}
         assert claimed == templates
         plan = plan_of(case)
-        assert bool(templates) == any(plan.hardware_of(i.trays[0]).form == "nvl72"
+        assert bool(templates) == any(plan.system_of(i).form == "nvl72"
                                       and len(i.trays) > 1 for i in plan.instances)
 
 

@@ -46,8 +46,10 @@ def racks_plan(one: Plan, racks: int) -> Plan:
                 ("prefill", "decode", "aggregated")}
     copies = [_shift(data, k, per_role) for k in range(racks)]
     merged = dict(copies[0])
-    merged["hardware"] = dict(data["hardware"], trays=[t for c in copies
-                                                       for t in c["hardware"]["trays"]])
+    [group] = data["hardware"]["groups"]
+    trays = [t for c in copies for t in c["hardware"]["groups"][0]["hardware"]["trays"]]
+    merged["hardware"] = {"groups": [dict(group, hardware=dict(group["hardware"],
+                                                               trays=trays))]}
     merged["instances"] = sorted((i for c in copies for i in c["instances"]),
                                  key=lambda i: i["id"])
     for key in ("memory", "host_memory"):

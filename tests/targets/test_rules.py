@@ -4,11 +4,11 @@ refuse (with the field and the reason)."""
 import pytest
 import yaml
 
+from compiler.names import DNS_LABEL, MAX_LABEL, dns_label
 from targets import TARGETS
 from targets._components import components
 from targets._engine import engine_args
 from targets._errors import TargetError
-from targets._names import DNS_LABEL, MAX_LABEL, dns_label
 from targets._yaml import dump_yaml
 from tests.targets import emitted
 from tests.targets.fixtures import hgx_h200_plan, vr_nvl72_plan, vr_nvl72_tp8_plan

@@ -26,7 +26,7 @@ plan_of, files = emitted.case_plan, emitted.case_files
 def with_site(plan: Plan, cfg: Site) -> Plan:
     """The plan re-lowered with other site inputs."""
     capacity = next(iter(plan.host_memory.values())).capacity_gib
-    new = site.lower_site(cfg, catalog.model(plan.model.name).spec, plan.hardware,
+    new = site.lower_site(cfg, catalog.model(plan.model.name).spec, plan.fleet[0],
                           plan.instances, plan.kv_pool, host_reserve(capacity),
                           plan.serving.vllm_version)
     return plan.model_copy(update={"site": new})

@@ -81,3 +81,15 @@ def test_compile_prints_them_as_warnings_and_succeeds(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert "warning[W901] lws/ site.images.router" in proc.stderr
     assert "site.images.dynamo" not in proc.stderr  # k8s/ was not asked for
+
+
+def test_several_shapes_of_a_role_are_one_dynamo_routing_pool(stock):
+    from compiler.plan import Plan
+
+    assert not [n for n in notices(stock) if n.path == "objective.shapes"]  # one shape a role
+    decode = stock.instance("decode-00")
+    other = decode.model_copy(update={"id": "decode-01", "shape": "DEP32"})
+    mixed = Plan.model_validate({**stock.model_dump(), "instances": [
+        i.model_dump() for i in (*stock.instances, other)]})
+    [n] = [n for n in notices(mixed) if n.path == "objective.shapes"]
+    assert "DEP32, DEP64" in n.problem and "decode" in n.problem

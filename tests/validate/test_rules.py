@@ -132,7 +132,7 @@ def _sized(plan, files, change_spec) -> None:
 @pytest.mark.parametrize("example", [VR, HGX])
 def test_gpus_per_node(example):
     plan, files = compiled(example)
-    per_tray = plan.hardware.gpus_per_tray
+    per_tray = plan.fleet[0].gpus_per_tray
     _sized(plan, files, lambda spec: set_gpus(spec, per_tray))
     assert not fired(plan, files, "node-gpus")
     _sized(plan, files, lambda spec: set_gpus(spec, per_tray + 1))
@@ -141,11 +141,18 @@ def test_gpus_per_node(example):
     assert f"{2 * (per_tray + 1)} asked" in finding.got and f"offer {2 * per_tray}" in finding.got
 
 
+def _with_hardware(plan, **update):
+    """A one-system plan whose only group's hardware has these fields changed."""
+    [group] = plan.hardware.groups
+    hw = group.hardware.model_copy(update=update)
+    return plan.model_copy(update={"hardware": plan.hardware.model_copy(update={
+        "groups": [group.model_copy(update={"hardware": hw})]})})
+
+
 def test_gpus_of_unavailable_trays_and_gpus_do_not_count():
     plan, files = compiled(HGX)
-    hw = plan.hardware
-    down = hw.model_copy(update={"unavailable_gpus": [hw.trays[0].gpus[0]]})
-    plan = plan.model_copy(update={"hardware": down})
+    hw = plan.fleet[0]
+    plan = _with_hardware(plan, unavailable_gpus=[hw.trays[0].gpus[0]])
     _sized(plan, files, lambda spec: set_gpus(spec, hw.gpus_per_tray))
     [finding] = fired(plan, files, "node-gpus")
     assert f"offer {2 * hw.gpus_per_tray - 1}" in finding.got
@@ -181,7 +188,7 @@ def test_memory_is_checked_against_allocatable_not_capacity():
 
 def test_rdma_devices_per_node():
     plan, files = compiled(HGX)
-    per_tray = plan.hardware.rdma_devices_per_tray
+    per_tray = plan.fleet[0].rdma_devices_per_tray
 
     def rdma(n: int):
         return lambda spec: main(spec)["resources"]["limits"].update({"rdma/ib": str(n)})
@@ -295,7 +302,8 @@ def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
     plan, _ = compiled(VR)
     site = SimpleNamespace(pin_by_hostname=True, rdma=SimpleNamespace(resource="rdma/ib"),
                            host_reserved_gib=0.0)
-    with_site = SimpleNamespace(hardware=plan.hardware, fleet=plan.fleet, site=site)
+    with_site = SimpleNamespace(hardware=plan.hardware, fleet=plan.fleet, site=site,
+                                host_reserved_gib_of=lambda hw: 0.0)
     [first, *_] = pods.nodes(with_site, ("rdma/ib", "rdma/other"))
     assert first.labels["kubernetes.io/hostname"] == first.name
     assert "rdma/ib" in first.capacity and "rdma/other" not in first.capacity
@@ -304,8 +312,7 @@ def test_hostname_label_is_known_where_the_site_says_it_is_the_node_name():
 
 def test_node_labels_of_the_manifest_match():
     plan, files = compiled(HGX)
-    plan = plan.model_copy(update={"hardware": plan.hardware.model_copy(update={
-        "node_labels": {"example.com/pool": "serving"}})})
+    plan = _with_hardware(plan, node_labels={"example.com/pool": "serving"})
     _sized(plan, files, lambda spec: spec.update(nodeSelector={"example.com/pool": "serving"}))
     assert not fired(plan, files, "selector-matches-node")
 
