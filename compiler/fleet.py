@@ -16,6 +16,7 @@ from compiler.load import Inputs
 from compiler.plan import (
     CurvePoint,
     Decision,
+    EngineRun,
     Fleet,
     KvPool,
     PhaseSolve,
@@ -67,8 +68,19 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                 key=lambda kv: natural(kv[0]))),
             # one timeout for every engine: the slowest group's cold start
             "model_cache": max((p.site.model_cache for p in plans),
-                               key=lambda c: c.engine_ready_timeout_s)}),
+                               key=lambda c: c.engine_ready_timeout_s),
+            "engines": _engines(plans)}),
     }})
+
+
+def _engines(plans: list[Plan]) -> dict[str, EngineRun]:
+    """Each target's release over the fleet: every group's own kernels, the first refusal."""
+    first = plans[0].site.engines
+    return {target: run.model_copy(update={
+        "refused": next((p.site.engines[target].refused for p in plans
+                         if p.site.engines[target].refused), None),
+        "kernels": sorted((k for p in plans for k in p.site.engines[target].kernels),
+                          key=lambda k: natural(k.instance))}) for target, run in first.items()}
 
 
 def _check_shared(fleet: tuple[Inputs, ...], plans: list[Plan]) -> None:

@@ -2,8 +2,9 @@
 
 import networkx as nx
 
-from compiler import arch, deploy, graph, site
+from compiler import arch, catalog, deploy, graph, site
 from compiler.decisions import decisions
+from compiler.engine_releases import release_run
 from compiler.host_memory import host_memory
 from compiler.ids import instance_id, natural, parse_instance
 from compiler.load import Inputs
@@ -266,9 +267,11 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
+    dynamo_run = release_run(inputs, "dynamo", catalog.engines().dynamo.worker.vllm.value,
+                             instances)
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
                                 instances, kv_pool, inputs.resolved.host,
-                                inputs.deployment.spec.serving.vllm_version)
+                                inputs.deployment.spec.serving.vllm_version, dynamo_run)
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,
@@ -290,7 +293,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         decisions=sorted(decisions(inputs, sol, instances,
                                    [*made, *trimmed, *deploy.decisions(instances),
                                     _allocatable_decision(inputs)])
-                         + site.decisions(inputs, site_plan), key=lambda d: d.path),
+                         + site.decisions(inputs, site_plan) + dynamo_run.decisions,
+                         key=lambda d: d.path),
         site=site_plan,
         parsers=site.parsers(inputs.model_name),
     )

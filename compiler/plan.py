@@ -271,15 +271,35 @@ class Images(Frozen):
     router: str | None  # vllm-router for lws/ P/D
 
 
-class EngineRun(Frozen):
+class ReleaseKernels(Frozen):
+    """One instance's kernels under a target's vLLM release where they are not the plan's
+    (compiler.engine_releases: that release's own pick); the target renders these."""
+
+    instance: str
+    all2all_backend: str | None
+    moe_backend: str | None
+    env: dict[str, str]
+
+
+class EngineRun(OmitsOptional):
     """What runs one target's engines: its image, the vLLM release there (the flags and
     connectors are checked against that release's code), the Dynamo release when Dynamo
-    launches them, and why the target refuses the plan, if it does."""
+    launches them, why the target refuses the plan, if it does, and the instances whose
+    kernels that release picks itself (absent when it runs the plan's everywhere)."""
 
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("kernels",)
     image: str
     vllm: str
     dynamo: str | None
     refused: str | None
+    kernels: list[ReleaseKernels] = []
+
+    def run(self, instance: "Instance") -> "Instance":
+        """The instance as this target's release runs it."""
+        own = next((k for k in self.kernels if k.instance == instance.id), None)
+        return instance if own is None else instance.model_copy(update={
+            "all2all_backend": own.all2all_backend, "moe_backend": own.moe_backend,
+            "env": own.env})
 
 
 class Rdma(Frozen):

@@ -130,7 +130,7 @@ def pool_problem(inputs: Inputs) -> str | None:
         return None
     fact = inputs.resolved.engines.vllm.pipeline.store_connector
     return (f"with serving.kv_pool.dram the engines load {fact.value}, which takes no pipeline "
-            "stages in vLLM 0.33 (catalog/engines/vllm.yaml pipeline.store_connector); set "
+            "stages in vLLM 0.33 (catalog/engines/vllm-0.33.yaml pipeline.store_connector); set "
             "kv_pool.dram: false or use a shape without PPm")
 
 

@@ -31,15 +31,19 @@ def notices(plan: Plan) -> list[Notice]:
         out.append(_notice(
             "serving", "k8s",
             f"not emitted (nor dynamo/): {dynamo.refused}",
-            f"serve this plan from lws/ or vllm/ (vLLM {plan.serving.vllm_version} runs the "
-            "push connector), or compile a prefill without pipeline stages for Dynamo"))
+            f"serve this plan from lws/ or vllm/ (vLLM {plan.serving.vllm_version} runs it), "
+            f"or compile one that Dynamo's vLLM {dynamo.vllm} can run (for the push "
+            "connector: a prefill without pipeline stages)"))
     elif dynamo.vllm != plan.serving.vllm_version:
         out.append(_notice(
             "site.images.dynamo", "k8s",
             f"the workers run vLLM {dynamo.vllm}, the release Dynamo {dynamo.dynamo} imports "
-            f"({worker.vllm.source.split(';')[0]}); the plan's engine facts are vLLM "
-            f"{plan.serving.vllm_version}'s, and the DGD's flags parse with {dynamo.vllm}'s "
-            "parser (tests/conformance)",
+            f"({worker.vllm.source.split(';')[0]}); the plan's kernels are chosen for vLLM "
+            f"{plan.serving.vllm_version} and the workers run "
+            + (f"{dynamo.vllm}'s own pick on {len(dynamo.kernels)} instance(s) "
+               "(site.engines.dynamo.kernels), the plan's elsewhere" if dynamo.kernels else
+               f"them all ({dynamo.vllm}'s fact set has each)")
+            + f"; the DGD's flags parse with {dynamo.vllm}'s parser (tests/conformance)",
             f"keep {images.dynamo} or another image with vLLM {dynamo.vllm}: one rebuilt with "
             f"vLLM {plan.serving.vllm_version} cannot import dynamo.vllm (it imports "
             "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))

@@ -416,7 +416,7 @@ def _draft_moe(e: Engines, model: ModelV1, speculative: bool) -> Choice[str] | N
         return None
     fact = e.vllm.moe.draft_inherits
     if not fact.value:
-        raise ValueError("catalog/engines/vllm.yaml: a draft that does not inherit "
+        raise ValueError("catalog/engines/vllm-0.33.yaml: a draft that does not inherit "
                          "--moe-backend needs its own backend choice")
     return Choice("speculative.moe_backend", "inherits --moe-backend", "catalog",
                   f"the draft's experts load in the target's format, so each engine's "

@@ -8,7 +8,7 @@ TPnEPn: tensor-parallel attention with experts distributed whole (vLLM --enable-
 n x m GPUs, rank r on stage r // n (vLLM's DP x PP x TP rank layout). Stages may span HGX nodes
 (the activations cross the scale-out NIC) and stay inside one NVLink domain on NVL72. rackc
 serves prefill with them (a long prompt's chunks fill the pipeline); DEPnPPm parses but is
-refused (catalog/engines/vllm.yaml pipeline.with_data_parallel).
+refused (catalog/engines/vllm-0.33.yaml pipeline.with_data_parallel).
 """
 
 import re
@@ -132,7 +132,7 @@ def _pipeline_problem(shape: Shape, model: ModelSpec) -> str | None:
                 "hybrid)")
     if model.architecture not in pipeline.architectures.value:
         return (f"{model.architecture} is not among the architectures whose vLLM 0.33 class "
-                "implements SupportsPP (catalog/engines/vllm.yaml pipeline.architectures)")
+                "implements SupportsPP (catalog/engines/vllm-0.33.yaml pipeline.architectures)")
     return None
 
 

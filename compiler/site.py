@@ -40,6 +40,7 @@ from schemas import site as spec
 from schemas.model import ModelSpec
 
 if TYPE_CHECKING:
+    from compiler.engine_releases import ReleaseRun
     from compiler.load import Inputs
 
 GIB = 1024**3
@@ -87,14 +88,18 @@ def dynamo_refusal(instances: list[Instance]) -> str | None:
     return None
 
 
-def engine_runs(images: spec.Images, vllm_version: str,
-                instances: list[Instance]) -> dict[str, EngineRun]:
+def engine_runs(images: spec.Images, vllm_version: str, instances: list[Instance],
+                dynamo_run: "ReleaseRun | None") -> dict[str, EngineRun]:
     """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
-    not import under another); the plain vLLM image runs the release the plan is read for."""
+    not import under another), with that release's kernels (`dynamo_run`,
+    compiler.engine_releases; None: the plan's own, for plans built without inputs); the plain
+    vLLM image runs the release the plan is read for."""
     dynamo = catalog.engines().dynamo
     return {"dynamo": EngineRun(image=images.dynamo, vllm=dynamo.worker.vllm.value,
                                 dynamo=images.dynamo_version,
-                                refused=dynamo_refusal(instances)),
+                                refused=dynamo_refusal(instances)
+                                or (dynamo_run.refused if dynamo_run else None),
+                                kernels=dynamo_run.kernels if dynamo_run else []),
             "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None)}
 
 
@@ -246,7 +251,7 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
                instances: list[Instance], kv_pool: KvPool, host: HostReserve,
-               vllm_version: str) -> Site:
+               vllm_version: str, dynamo_run: "ReleaseRun | None" = None) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
     pods = [_pod(cfg, hardware, host, tables, i, pool)
@@ -271,7 +276,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
-        engines=engine_runs(images, vllm_version, instances),
+        engines=engine_runs(images, vllm_version, instances, dynamo_run),
         cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
         pod_security_level=pod_security_level(kinds))
 
@@ -302,8 +307,9 @@ def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
     given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
     out = [
         _from_deployment(inputs, "site.images.dynamo", images.dynamo,
-                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold vLLM "
-                        "serving.vllm_version (the stock 1.6.1 image has 0.31.0)"),
+                        "Dynamo's NGC vLLM runtime of dynamo_version; it must hold the vLLM "
+                        "that release imports (1.6.1: 0.31.0, the stock image's), whose "
+                        "flags the workers get (site.engines.dynamo)"),
         _from_deployment(inputs, "site.images.vllm", images.vllm,
                         "the vLLM release the flags are written for"),
         _from_deployment(inputs, "site.rdma.transport", site.rdma.transport,

@@ -25,7 +25,8 @@ class Images(StrictModel):
     dynamo: str = Field(
         "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1", max_length=IMAGE_MAX, pattern=IMAGE,
         description="Dynamo's vLLM runtime image: the DGD's workers and frontend. It must hold "
-                    "vLLM serving.vllm_version (the stock 1.6.1 image ships vLLM 0.31.0)")
+                    "the vLLM its Dynamo release imports (1.6.1: vLLM 0.31.0, which the stock "
+                    "image ships); the workers get that release's flags")
     vllm: str = Field(
         "vllm/vllm-openai:v0.33.0", max_length=IMAGE_MAX, pattern=IMAGE,
         description="A plain vLLM image: the vllm/ scripts, lws/ and the Mooncake master (the "

@@ -1,7 +1,9 @@
 """The vLLM engine arguments and environment of a component: the one builder that the vllm,
 dynamo and lws targets share, so their engines never disagree.
 
-Flag choices (vLLM 0.33, docs/targets.md explains each):
+Flag choices (docs/targets.md explains each), for the vLLM release the target runs
+(`plan.site.engines[target]`: the vllm and lws targets run the plan's release, Dynamo's worker
+its own, with that release's kernels where the plan records them: compiler.engine_releases):
 - parallelism: `--tensor-parallel-size`, `--pipeline-parallel-size`, `--data-parallel-size`,
   `--enable-expert-parallel`, and the instance's `--all2all-backend`;
 - the plan's kernels (attention, MoE and linear backends, chosen from the engine's capabilities
@@ -21,15 +23,25 @@ from targets._mooncake import pool_enabled
 from targets._topology import claims_channel, multi_node_nvlink
 from targets._yaml import compact_json
 
-SUPPORTED_VLLM = ("0.33",)
+# The releases whose argument parsers the flags below are checked by (tests/conformance).
+SUPPORTED_VLLM = ("0.31", "0.33")
 # Mooncake and vLLM's prefix hashing need one seed on every instance sharing the store.
 PYTHONHASHSEED = "0"
 
 
-def check_vllm_version(plan: Plan) -> None:
-    if ".".join(plan.serving.vllm_version.split(".")[:2]) not in SUPPORTED_VLLM:
-        raise TargetError(f"serving.vllm_version: the targets emit vLLM {SUPPORTED_VLLM} "
-                          f"flags, got {plan.serving.vllm_version}")
+def check_vllm_version(plan: Plan, target: str) -> str:
+    """The vLLM release `target` runs (plan.site.engines), if the targets write its flags."""
+    version = plan.site.engines[target].vllm
+    if ".".join(version.split(".")[:2]) not in SUPPORTED_VLLM:
+        raise TargetError(f"site.engines.{target}.vllm: the targets emit vLLM "
+                          f"{SUPPORTED_VLLM} flags, got {version}")
+    return version
+
+
+def runs(plan: Plan, target: str, instance: Instance) -> Instance:
+    """The instance with the kernels `target`'s vLLM release runs (the plan's own unless
+    plan.site.engines[target] records that release's pick)."""
+    return plan.site.engines[target].run(instance)
 
 
 def parallel_flags(plan: Plan, component: Component, instance: Instance) -> list[str]:
@@ -100,7 +112,7 @@ def kv_transfer_config(plan: Plan, component: Component) -> dict | None:
             "kv_connector_extra_config": {"connectors": configs}}
 
 
-def engram_config(plan: Plan, instance: Instance) -> dict | None:
+def engram_config(plan: Plan, instance: Instance, version: str) -> dict | None:
     """Host tables (`cpu_offload`, shared by the co-located ranks of a node) or HBM shards over
     the instance's own ranks (`embedding_across_dp`), as the plan says; an HBM instance's shards
     must form its own group (vLLM 0.33 has no Engram group across instances)."""
@@ -112,17 +124,18 @@ def engram_config(plan: Plan, instance: Instance) -> dict | None:
     if groups != {instance.id}:
         raise TargetError(
             f"engram_shards: instance {instance.id} holds shards of groups {sorted(groups)}; "
-            f"vLLM {plan.serving.vllm_version} shards Engram tables only over one instance's "
+            f"vLLM {version} shards Engram tables only over one instance's "
             f"ranks, so its shards must form the group {instance.id!r}")
     return {"cpu_offload": False, "embedding_across_dp": instance.dp > 1}
 
 
-def engine_args(plan: Plan, component: Component) -> list[str]:
+def engine_args(plan: Plan, component: Component, target: str) -> list[str]:
     """Everything after `vllm serve MODEL` (or `dynamo.vllm --model MODEL`) except the
-    per-node launch flags."""
-    check_vllm_version(plan)
+    per-node launch flags, for the vLLM release `target` runs."""
+    version = check_vllm_version(plan, target)
     instances = component.instances
-    first = instances[0]  # replicas share shape and batch limits (components())
+    # replicas share shape and batch limits (components())
+    first = runs(plan, target, instances[0])
     utilization = min(i.gpu_memory_utilization for i in instances)
     args = [
         *parallel_flags(plan, component, first),
@@ -146,7 +159,7 @@ def engine_args(plan: Plan, component: Component) -> list[str]:
     if plan.serving.language_model_only:
         args.append("--language-model-only")
     # The same for every replica (it depends on the shape); each is checked against the plan.
-    engrams = [engram_config(plan, i) for i in instances]
+    engrams = [engram_config(plan, i, version) for i in instances]
     engram = engrams[0]
     if engram:
         args += ["--engram-config", compact_json(engram)]
@@ -163,13 +176,13 @@ def ucx_tls(plan: Plan) -> str:
     return f"{network},sm,self,cuda_copy,cuda_ipc"
 
 
-def engine_env(plan: Plan, component: Component) -> dict[str, str]:
+def engine_env(plan: Plan, component: Component, target: str) -> dict[str, str]:
     """The environment of a component's engines: the shared part, what its instances need (the
     plan's `env`, e.g. DeepEP over MNNVL) and the site's transports; each target adds where the
     Mooncake client file of the node is (`_mooncake.client_config_path`) and the model cache
-    (`_site.cache_env`)."""
+    (`_site.cache_env`). The instance's own part is what `target`'s vLLM release needs."""
     env = {"PYTHONHASHSEED": PYTHONHASHSEED, "UCX_TLS": ucx_tls(plan),
-           **component.instances[0].env}
+           **runs(plan, target, component.instances[0]).env}
     if plan.site.rdma.hca_names:
         env["UCX_NET_DEVICES"] = ",".join(f"{h}:1" if ":" not in h else h
                                           for h in plan.site.rdma.hca_names)

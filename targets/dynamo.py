@@ -48,7 +48,7 @@ def frontend_args(plan: Plan) -> list[str]:
 
 
 def worker_args(plan: Plan, component: Component) -> list[str]:
-    args = ["--model", plan.model.hf_id, *engine_args(plan, component),
+    args = ["--model", plan.model.hf_id, *engine_args(plan, component, "dynamo"),
             "--disaggregation-mode", DISAGGREGATION_MODE[component.role]]
     if plan.routing.policy == "kv":
         args += ["--kv-events-config", compact_json(
@@ -72,7 +72,7 @@ def worker_env(plan: Plan, component: Component) -> list:
     channel host: the operator injects it for multinode workers only (backend_vllm.go), and
     dynamo.vllm's own fallback looks for a NixlConnector at the top level or under a
     PdConnector, not under the MultiConnector the pool adds (dynamo/vllm/args.py)."""
-    env = _kube.env_vars(engine_env(plan, component))
+    env = _kube.env_vars(engine_env(plan, component, "dynamo"))
     if component.nodes_per_instance == 1 and component.role != "aggregated":
         env.append(_kube.field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP"))
     return env

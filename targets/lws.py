@@ -64,7 +64,8 @@ def _engine_command(plan: Plan) -> list[str]:
 
 
 def leader_args(plan: Plan, component: Component) -> list[str]:
-    return [*engine_args(plan, component), "--port", str(ports.ENGINE_API), *parser_flags(plan),
+    return [*engine_args(plan, component, "vllm"), "--port", str(ports.ENGINE_API),
+            *parser_flags(plan),
             *multinode_flags(component, node_rank="0", start_rank="0", leader=LEADER_ADDRESS,
                              leader_node=True)]
 
@@ -76,7 +77,8 @@ def worker_script(plan: Plan, component: Component) -> str:
     flags = multinode_flags(component, node_rank=WORKER_INDEX, start_rank=start_rank,
                             leader=WORKER_LEADER_ADDRESS, leader_node=False)
     return exec_command(_engine_command(plan),
-                        [*engine_args(plan, component), *parser_flags(plan), *flags], expressions)
+                        [*engine_args(plan, component, "vllm"), *parser_flags(plan), *flags],
+                        expressions)
 
 
 def _probes(plan: Plan) -> dict[str, V1Probe]:
@@ -95,7 +97,7 @@ def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
          leader: bool) -> dict:
     shm = _kube.component_resources(plan, component).shm_gib
     shm_volume, shm_mount = _kube.shared_memory_volume(shm)
-    env = [*_kube.env_vars(engine_env(plan, component)),
+    env = [*_kube.env_vars(engine_env(plan, component, "vllm")),
            _kube.field_env("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP")]
     container = _kube.engine_container(plan, component, plan.site.images.vllm, command, args,
                                        env, [shm_mount])

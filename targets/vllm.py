@@ -23,7 +23,7 @@ def launch_flags(plan: Plan, component: Component, leader: RankGroup, group: Ran
     """The host ports are the plan's (compiler.deploy: offset so that instances sharing a host
     bind none of each other's)."""
     api = ["--port", str(group.api_port)] if group.api_port is not None else []
-    return [*engine_args(plan, component), *api, *parser_flags(plan),
+    return [*engine_args(plan, component, "vllm"), *api, *parser_flags(plan),
             *multinode_flags(component, node_rank=str(group.index),
                              start_rank=str(group.first_rank), leader=leader.node_name,
                              leader_node=group.is_leader, dp_rpc_port=leader.dp_rpc_port,
@@ -35,7 +35,7 @@ def launch_env(plan: Plan, component: Component, group: RankGroup) -> dict[str, 
            # NIXL's handshake address: what decode engines dial to pull this node's KV.
            "VLLM_NIXL_SIDE_CHANNEL_HOST": group.node_name,
            **cache_env(plan),
-           **engine_env(plan, component)}
+           **engine_env(plan, component, "vllm")}
     if group.nixl_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(group.nixl_port)
     if pool_enabled(plan):

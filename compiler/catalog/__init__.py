@@ -18,7 +18,11 @@ from schemas import ModelV1
 _DATA = resources.files("compiler.catalog") / "data"
 _CALIBRATION = resources.files("compiler.catalog") / "calibration"
 _ENGINES = resources.files("compiler.catalog") / "engines"
-ENGINE_FILES = ("vllm", "dynamo", "mooncake")
+# One fact set per vLLM release (vllm-<release>.yaml); PLAN_VLLM is the one the plan's kernels
+# are chosen for (schemas' serving.vllm_version), the others are the releases a target runs.
+VLLM_RELEASES = ("0.33", "0.31")
+PLAN_VLLM = "0.33"
+ENGINE_FILES = (*(f"vllm-{r}" for r in VLLM_RELEASES), "dynamo", "mooncake")
 
 
 def _names(kind: str) -> tuple[str, ...]:
@@ -65,7 +69,9 @@ def engine_text(name: str) -> str:
 def engines() -> Engines:
     """The pinned engines' capabilities (catalog/engines/)."""
     data = {n: yaml.safe_load(engine_text(n)) for n in ENGINE_FILES}
-    return Engines(vllm=Vllm.model_validate(data["vllm"]),
+    releases = {r: Vllm.model_validate(data[f"vllm-{r}"]) for r in VLLM_RELEASES}
+    assert all(v.version == r for r, v in releases.items()), "vllm-<release>.yaml's version"
+    return Engines(vllm=releases[PLAN_VLLM], vllm_releases=releases,
                    dynamo=Dynamo.model_validate(data["dynamo"]),
                    mooncake=Mooncake.model_validate(data["mooncake"]))
 

@@ -60,10 +60,12 @@ class LinearPick(_Strict):
 
 
 class Linear(_Strict):
+    backends: Fact[list[str]]  # the --linear-backend names the release's parser takes
     prefer: list[LinearPick]
 
 
 class All2All(_Strict):
+    backends: Fact[list[str]]  # the --all2all-backend names the release's parser takes
     decode: Fact[str]
     prefill_one_node: Fact[str]
     prefill_multi_node_nvlink: Fact[str]
@@ -169,9 +171,21 @@ class Mooncake(_Strict):
     wheel: Wheel
 
 
+def release_of(version: str) -> str:
+    """A vLLM version's release key: `0.31.0` -> `0.31`."""
+    return ".".join(version.split(".")[:2])
+
+
 class Engines(_Strict):
-    """The three pinned engines the targets emit for."""
+    """The pinned engines the targets emit for: `vllm` is the release the plan's kernels are
+    chosen for (serving.vllm_version), `vllm_releases` every release with a fact set (the one
+    Dynamo's worker imports among them)."""
 
     vllm: Vllm
+    vllm_releases: dict[str, Vllm]
     dynamo: Dynamo
     mooncake: Mooncake
+
+    def release(self, version: str) -> Vllm | None:
+        """The fact set of the vLLM release `version` belongs to (None: rackc has none)."""
+        return self.vllm_releases.get(release_of(version))

@@ -7,7 +7,7 @@ new tokens per DP rank whose attention also spans the request's cached prefix.
 A pipelined prefill (shape.pp > 1) runs each chunk through the stages in turn: a stage computes
 its layers (compiler.shapes stage_layer_mix; the LM head on the last), then its TP ranks each
 send 1/tp of the chunk's activations to the next stage, which all-gathers them over its TP
-group before it starts (catalog/engines/vllm.yaml pipeline.stage_send). vLLM keeps pp batches
+group before it starts (catalog/engines/vllm-0.33.yaml pipeline.stage_send). vLLM keeps pp batches
 in flight and schedules a prompt's next chunk while the previous one is in the pipeline, so a
 new chunk enters every slowest-stage time (the step's `us`), and each chunk also spends the
 other stages' time in the pipeline (`fill_us`: what a request waits beyond its chunks' turns).
@@ -567,7 +567,7 @@ def prefill_stages(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: flo
     """Each pipeline stage's time for one chunk: its layers, the LM head on the last, the
     activations received from the previous stage, and the engine's per-step overhead (each
     stage's worker prepares its inputs). No dual-batch overlap: vLLM 0.33 refuses it with
-    pipeline parallelism (catalog/engines/vllm.yaml pipeline.dual_batch_overlap)."""
+    pipeline parallelism (catalog/engines/vllm-0.33.yaml pipeline.dual_batch_overlap)."""
     seqs = tokens / max(1.0, new_per_seq)
     mixes = stage_layer_mix(ctx.model, shape.pp)
     out = []

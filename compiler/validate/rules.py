@@ -49,7 +49,8 @@ Rules and where their facts come from:
   plan's segment over its transport and HCAs (compiler/validate/pool_plan.py).
 - engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
   attention backend, MoE backends per expert format and for the batched layout of DeepEP
-  low-latency, the environment of all-to-all backends across trays), the frontend's KV block
+  low-latency, the environment of all-to-all backends across trays; a Dynamo worker against the
+  vLLM release its Dynamo imports, vllm-0.31.yaml for 1.6.1), the frontend's KV block
   size equal to the workers', and NIXL by push on every P/D engine where a prefill has
   pipeline stages (kv_connectors.disaggregated_pipelined: the pull connector reads one stage).
 """
@@ -519,10 +520,20 @@ def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
     return list(sizes.value) if sizes is not None else None
 
 
+def _facts_of(facts: Any, e: Engine) -> Any:
+    """The facts for engine `e`: a Dynamo worker runs the vLLM release its Dynamo imports
+    (catalog/engines/dynamo.yaml worker.vllm), with that release's fact set."""
+    if e.launcher != "dynamo":
+        return facts
+    run = facts.release(facts.dynamo.worker.vllm.value)
+    return facts if run is None else facts.model_copy(update={"vllm": run})
+
+
 def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
-    facts = facts if facts is not None else _engines_catalog()
+    every = facts = facts if facts is not None else _engines_catalog()
     out = []
     for e in _all_engines(ctx):
+        facts = _facts_of(every, e)
         block = _int(e.flag("--block-size"), 0)
         backend = e.flag("--attention-backend")
         if backend and block:
@@ -560,7 +571,7 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
                                        f"{key}={value} for {a2a} across trays",
                                        f"{key}={e.env.get(key)}", need.source))
     for engines in [b.engines for b in ctx.bundles] + [ctx.scripts]:
-        out += _pipelined_peers_push(engines, facts)
+        out += _pipelined_peers_push(engines, every)
     for b in ctx.bundles:
         worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
         for g in b.groups:

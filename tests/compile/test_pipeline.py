@@ -67,7 +67,7 @@ def test_solver_takes_stages_when_tp_misses_the_ttft(tmp_path):
 
 def test_a_pipelined_prefill_and_its_decode_peers_push_kv(tmp_path):
     """NIXL hands KV off from pipeline stages only by push, and push peers only handshake
-    with push peers (catalog/engines/vllm.yaml kv_connectors.disaggregated_pipelined)."""
+    with push peers (catalog/engines/vllm-0.33.yaml kv_connectors.disaggregated_pipelined)."""
     pipelined = api.compile(_case(tmp_path / "pp", {"mode": "pinned", "instances": [
         {"role": "prefill", "shape": "TP8PP2", "count": 1},
         {"role": "decode", "shape": "TP8", "count": 2}]}), only=("vllm",)).plan

@@ -284,3 +284,38 @@ def test_catalog_parsers_exist_in_each_engines_registry(engine):
         for kind in ("tool_call", "reasoning"):
             name = getattr(parsers, f"{engine}_{kind}")
             assert name is None or name in names[kind], (model, kind, name)
+
+
+def test_a_moe_backend_only_033_has_reaches_dynamo_as_031s_own_pick():
+    """vllm-0.33.yaml loads MXFP4 experts with flashinfer_moe_ep_cutedsl and vllm-0.31.yaml has
+    no such name: 0.33's parser takes it, 0.31's refuses it, and a plan that chose it reaches
+    the Dynamo workers as 0.31's own pick (compiler.engine_releases), which 0.31 parses."""
+    from compiler.engine_releases import release_run
+    from compiler.load import load_inputs
+    from targets import TARGETS
+
+    example = "vr-nvl72-deepseek-v4.1-flash"
+    plan = ALL_CASES[example]()
+    only_033 = "flashinfer_moe_ep_cutedsl"
+    assert only_033 in catalog.engines().release("0.33").moe.accepts["mxfp4"].value
+    assert only_033 not in catalog.engines().release("0.31").moe.accepts["mxfp4"].value
+    instances = [i.model_copy(update={"moe_backend": only_033}) if i.role == "prefill" else i
+                 for i in plan.instances]
+    inputs = load_inputs(Path(__file__).resolve().parents[2] / "examples" / example
+                         / "deployment.yaml")
+    run = release_run(inputs, "dynamo", plan.site.engines["dynamo"].vllm, instances)
+    assert run.refused is None and {k.moe_backend for k in run.kernels} == {"flashinfer_trtllm"}
+    engines = {**plan.site.engines,
+               "dynamo": plan.site.engines["dynamo"].model_copy(update={"kernels": run.kernels})}
+    planted = plan.model_copy(update={"instances": instances, "site": plan.site.model_copy(
+        update={"engines": engines})})
+    out = {**TARGETS["vllm"](planted), **TARGETS["dynamo"](planted)}
+    vllm_lines = [s.argv for s in emitted.scripts(out) if only_033 in s.argv]
+    [dgd] = emitted.documents(out, "dynamo")
+    workers = [w for w in emitted.dynamo_lines(dgd).values() if w[2] == "dynamo.vllm"]
+    assert vllm_lines and workers and not any(only_033 in w for w in workers)
+    assert_all_ok(harness.check_vllm_lines(vllm_lines))
+    assert_all_ok(harness.check_dynamo_lines(workers))
+    as_033 = [[only_033 if a == "flashinfer_trtllm" else a for a in w] for w in workers
+              if "flashinfer_trtllm" in w]
+    assert as_033 and not any(r.ok for r in harness.check_dynamo_lines(as_033))

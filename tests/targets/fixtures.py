@@ -44,7 +44,7 @@ from compiler.resolve import HostReserve
 from schemas.site import Site
 
 GIB = 1024**3
-RESERVED_GIB = 4.37  # CUDA context 3.5 + NCCL 0.37 + NIXL 0.5 (catalog/engines/vllm.yaml)
+RESERVED_GIB = 4.37  # CUDA context 3.5 + NCCL 0.37 + NIXL 0.5 (catalog/engines/vllm-0.33.yaml)
 HOST_ENGINE_GIB = 24.0  # per rank: the engine process (compiler.resolve)
 MOONCAKE_BUFFER_GIB = 4.0  # per rank: the Mooncake client buffer
 HOST_PROCESS_GIB = HOST_ENGINE_GIB + MOONCAKE_BUFFER_GIB

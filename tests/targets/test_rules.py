@@ -35,7 +35,7 @@ def test_yaml_quotes_what_yaml_1_1_reads_as_booleans():
 
 def flags(plan, role: str) -> list[str]:
     [component, *_] = [c for c in components(plan) if c.role == role]
-    return engine_args(plan, component)
+    return engine_args(plan, component, "vllm")
 
 
 def value(argv: list[str], flag: str) -> str | None:
@@ -98,11 +98,17 @@ def test_refuses_an_instance_holding_another_group():
         TARGETS["vllm"](plan_with(plan, engram_shards=shards))
 
 
-def test_refuses_another_vllm_version():
+def test_refuses_a_vllm_release_the_targets_write_no_flags_for():
+    """Each target writes the flags of the release it runs (site.engines): 0.31 under Dynamo,
+    0.33 in the vllm image; another one is refused, naming it."""
     plan = hgx_h200_plan()
-    serving = plan.serving.model_copy(update={"vllm_version": "0.31.0"})
-    with pytest.raises(TargetError, match=r"serving\.vllm_version"):
-        TARGETS["dynamo"](plan_with(plan, serving=serving))
+    assert TARGETS["dynamo"](plan) and plan.site.engines["dynamo"].vllm == "0.31.0"
+    engines = dict(plan.site.engines)
+    engines["dynamo"] = engines["dynamo"].model_copy(update={"vllm": "0.30.0"})
+    other = plan.model_copy(update={"site": plan.site.model_copy(update={"engines": engines})})
+    with pytest.raises(TargetError, match=r"site\.engines\.dynamo\.vllm: .* got 0\.30\.0"):
+        TARGETS["dynamo"](other)
+    assert TARGETS["vllm"](other)
 
 
 def test_refuses_a_router_block_size_unlike_the_engines():

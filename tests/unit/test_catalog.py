@@ -107,16 +107,23 @@ def test_every_engine_fact_names_its_source(name: str):
             "SYSTEM.md" in source, (path, source)
 
 
-def test_vllm_facts_cite_files_of_the_pinned_vllm():
-    """The engine sources are files of the installed vLLM 0.33 (the conformance venv)."""
+# The venv (tests/conformance/make_venvs.sh) holding each release's vLLM
+RELEASE_VENVS = {"0.33": ".venv-vllm033", "0.31": ".venv-dyn161"}
+
+
+@pytest.mark.parametrize("release", catalog.VLLM_RELEASES)
+def test_vllm_facts_cite_files_of_their_own_release(release: str):
+    """Each release's fact set cites files of that release (0.33: the conformance venv's vLLM;
+    0.31: the vLLM Dynamo 1.6.1 pins, in the Dynamo venv), and says so in its version key."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    found = sorted(root.glob(".venv-vllm033/lib/python*/site-packages/vllm"))
+    found = sorted(root.glob(f"{RELEASE_VENVS[release]}/lib/python*/site-packages/vllm"))
     if not found:
         pytest.skip("the pinned vLLM venv is not built (tests/conformance/make_venvs.sh)")
     vllm = found[0]
-    cited = {m for _, s in _facts(yaml.safe_load(catalog.engine_text("vllm")))
+    assert f"version = '{release}." in (vllm / "_version.py").read_text()
+    cited = {m for _, s in _facts(yaml.safe_load(catalog.engine_text(f"vllm-{release}")))
              for m in ENGINE_SOURCE_FILES.findall(s)}
     assert cited
     missing = [c for c in cited if not (vllm / c).is_file()]

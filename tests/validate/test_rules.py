@@ -442,7 +442,10 @@ FACTS = SimpleNamespace(vllm=SimpleNamespace(
                         accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])},
                         batched={"mxfp4": _fact(["marlin"])}),
     all2all=SimpleNamespace(batched_layout=_fact(["deepep_low_latency"]), multi_node_nvlink_env={
-        "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})))
+        "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})),
+    # one fact set for every release: Dynamo's workers are checked against the same
+    dynamo=SimpleNamespace(worker=SimpleNamespace(vllm=_fact("0.31.0"))),
+    release=lambda version: None)
 
 
 def _flags(spec: dict, **flags: str) -> None:
@@ -540,3 +543,20 @@ def test_only_the_checks_of_the_rules_asked_for_run(monkeypatch):
 def test_compiled_examples_break_no_enforced_rule(example):
     plan, files = compiled(example)
     assert rules.check(plan, files, rules.ENFORCED) == []
+
+
+def test_dynamo_workers_are_checked_against_the_vllm_their_release_imports():
+    """A --moe-backend that vLLM 0.33 loads MXFP4 experts with, but 0.31 has no such name for
+    (catalog/engines/vllm-0.31.yaml), is named on the DGD's workers (Dynamo 1.6.1 runs 0.31)
+    and not in the vllm/ scripts (0.33)."""
+    from compiler import catalog
+
+    plan, files = compiled(VR)
+    facts = catalog.engines()
+    assert rules.engine_capability(rules.context(plan, files), facts) == []
+    only_033 = "flashinfer_moe_ep_cutedsl"
+    for path in [p for p in files if p == DGD or p.startswith("vllm/prefill-00/")]:
+        files[path] = files[path].replace("flashinfer_trtllm", only_033)
+    found = rules.engine_capability(rules.context(plan, files), facts)
+    assert found and {f.file for f in found} == {DGD}
+    assert all(f.got == f"--moe-backend {only_033}" and "mxfp4" in f.expected for f in found)
