@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler import catalog
@@ -36,6 +36,9 @@ class Inputs:
     resolved: Resolved  # every default and catalog choice (compiler.resolve)
     files: tuple[Path, ...] = ()  # the input files read (absolute), which outputs never replace
     kernels: str = catalog.DEPLOYED_KERNELS  # whose measured kernels the perf model uses
+    # perf contexts built for these inputs (compiler.perf.predict.context), so that the
+    # candidates, the prediction, its curve and the simulator share their step memos
+    perf_contexts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def model_name(self) -> str:

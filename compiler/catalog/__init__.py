@@ -19,6 +19,12 @@ _DATA = resources.files("compiler.catalog") / "data"
 _CALIBRATION = resources.files("compiler.catalog") / "calibration"
 _ENGINES = resources.files("compiler.catalog") / "engines"
 ENGINE_FILES = ("vllm", "dynamo", "mooncake")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 5-10x faster
+
+
+def read_yaml(text: str) -> object:
+    """A packaged YAML file's data (safe tags only), through libyaml when it is there."""
+    return yaml.load(text, Loader=_LOADER)
 
 
 def _names(kind: str) -> tuple[str, ...]:
@@ -40,12 +46,12 @@ def workload_names() -> tuple[str, ...]:
 
 @functools.cache
 def system(name: str) -> System:
-    return System.model_validate(yaml.safe_load(system_text(name)))
+    return System.model_validate(read_yaml(system_text(name)))
 
 
 @functools.cache
 def model(name: str) -> ModelV1:
-    return ModelV1.model_validate(yaml.safe_load((_DATA / "models" / f"{name}.yaml").read_text()))
+    return ModelV1.model_validate(read_yaml((_DATA / "models" / f"{name}.yaml").read_text()))
 
 
 def model_text(name: str) -> str:
@@ -54,7 +60,7 @@ def model_text(name: str) -> str:
 
 @functools.cache
 def workload(name: str) -> Profile:
-    return Profile.model_validate(yaml.safe_load(workload_text(name)))
+    return Profile.model_validate(read_yaml(workload_text(name)))
 
 
 def engine_text(name: str) -> str:
@@ -64,7 +70,7 @@ def engine_text(name: str) -> str:
 @functools.cache
 def engines() -> Engines:
     """The pinned engines' capabilities (catalog/engines/)."""
-    data = {n: yaml.safe_load(engine_text(n)) for n in ENGINE_FILES}
+    data = {n: read_yaml(engine_text(n)) for n in ENGINE_FILES}
     return Engines(vllm=Vllm.model_validate(data["vllm"]),
                    dynamo=Dynamo.model_validate(data["dynamo"]),
                    mooncake=Mooncake.model_validate(data["mooncake"]))

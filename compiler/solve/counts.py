@@ -7,8 +7,7 @@ infeasible deployment can be explained by the requirements that conflict.
 
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.solve import constraints as rules
 from compiler.solve import racks
 from compiler.solve.params import solver
