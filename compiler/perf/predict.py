@@ -213,13 +213,14 @@ def operating_workload(inputs: Inputs) -> Workload:
 
 
 def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None,
-                    pool_gib: float | None = None) -> "Predicted":
+                    pool_gib: float | None = None, with_curve: bool = True) -> "Predicted":
     """The plan's `predicted` block: metrics at the operating point (admission capped at the
-    solver's goodput) and the throughput-interactivity curve."""
+    solver's goodput) and, `with_curve`, the throughput-interactivity curve."""
     from dataclasses import asdict
 
     from compiler.plan import Predicted
 
     w = operating_workload(inputs)
     p = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib)
-    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib))
+    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib)
+                     if with_curve else [])
