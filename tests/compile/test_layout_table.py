@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import api, prediction
+from compiler import prediction
 from compiler.graph import build_graph
 from compiler.load import load_fleet
 from compiler.perf.predict import grouped_layouts
@@ -21,8 +21,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hgx-h200-deepseek-
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    return api.compile(EXAMPLE / "deployment.yaml").plan
+def compiled(compiled_example):
+    return compiled_example(EXAMPLE.name)
 
 
 @pytest.fixture(scope="module")

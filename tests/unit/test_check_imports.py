@@ -6,6 +6,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hgx-h200-deepseek-v3"
 
 
@@ -19,6 +21,7 @@ def test_check_imports_no_solver_perf_model_or_emitter():
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow  # a whole-example compile in a fresh process
 def test_compile_imports_neither_pandas_nor_the_kubernetes_validator():
     """OR-Tools' cp_model is imported without pandas (compiler/cpsat.py) and the Kubernetes
     client without kubernetes_validate (targets/_k8s_client.py); both stay importable."""
