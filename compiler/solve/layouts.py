@@ -1,15 +1,17 @@
 """Whole layouts besides the chosen one, for the plan's decision table: for each shape the
-chosen layout uses, the best layout without that shape, and where both serving modes were
-searched (`objective.layout: any`), the best of the mode not chosen. Each is a re-solve of the
-count model with its tie-break (compiler/solve/counts.py), the left-out candidates held at
-zero instances, so each row answers "what if not this shape": the layout the chosen one beat.
+chosen layout uses (the `MAX_LEFT_OUT` holding the most GPUs), the best layout without that
+shape, and where both serving modes were searched (`objective.layout: any`), the best of the
+mode not chosen. Each is a re-solve of the count model with its tie-break
+(compiler/solve/counts.py), the left-out candidates held at zero instances, so each row
+answers "what if not this shape": the layout the chosen one beat.
 
-These re-solves keep nearly the whole candidate space (CP-SAT solves them about as fast as the
-full model, 30-40 ms on one rack; a model restricted to one prefill and one decode shape can
-take CP-SAT minutes to close at 16 racks, so the table does not pair shapes). Each gets a
-smaller deterministic limit than the chosen layout's solve (`SECONDS`); one cut short says so.
-None in pinned mode (nothing was weighed) or when instances are kept from a running plan
-(`--from`: the alternatives would move them).
+These re-solves keep nearly the whole candidate space, so CP-SAT solves them about as fast as
+the full model (30-40 ms each on one rack; 0.1-4 CPU s each at 16 racks without the limits
+here); a model restricted to one prefill and one decode shape could take CP-SAT minutes to
+close at 16 racks, so the table does not pair shapes. Each re-solve gets a smaller
+deterministic limit than the chosen layout's (`SECONDS`); a row cut short says so. None in
+pinned mode (nothing was weighed) or when instances are kept from a running plan (`--from`:
+the alternatives would move them).
 """
 
 from dataclasses import dataclass
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from compiler.solve.counts import Counts, best_with
 from compiler.solve.problem import Problem
 
-SECONDS = 2.0  # CP-SAT deterministic seconds per re-solve
+SECONDS = 0.5  # CP-SAT deterministic seconds per re-solve
+MAX_LEFT_OUT = 3  # chosen shapes re-solved without, those holding the most GPUs first
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,10 @@ def shape_sets(p: Problem, chosen: Counts) -> list[tuple[str, frozenset[int]]]:
     """(what is left out, the candidates allowed) per re-solve, in a stable order."""
     every = frozenset(range(len(p.candidates)))
     out = []
-    for i in sorted(chosen.by_candidate, key=lambda i: (p.candidates[i].role,
-                                                        p.candidates[i].shape.name)):
+    held = sorted(chosen.by_candidate, key=lambda i: (
+        -chosen.by_candidate[i] * p.candidates[i].shape.gpus, p.candidates[i].role,
+        p.candidates[i].shape.name))[:MAX_LEFT_OUT]
+    for i in sorted(held, key=lambda i: (p.candidates[i].role, p.candidates[i].shape.name)):
         c = p.candidates[i]
         out.append((f"{c.role} {c.shape.name}", every - {i}))
     roles = {c.role for c in p.candidates}
