@@ -79,11 +79,14 @@ def _best(p: Problem, only: frozenset[int] | None, limit: float | None = None
     goodput, bound, seconds = s.value(v.goodput), s.best_objective_bound, s.deterministic_time
     # tie-break: among layouts with that goodput, the most spare supply (lower utilisation,
     # so shorter queues), rather than idle GPUs
+    first = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
     m.add(v.goodput >= goodput)
     m.maximize(rules.supply(v, p))
     second = s.solve(m)
     both = "OPTIMAL" if status == second == cp_model.OPTIMAL else "FEASIBLE"
-    by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
+    # a tie-break cut short by a small limit without a solution keeps the first phase's
+    by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)} \
+        if second in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
     return Counts(by_candidate, {}, both, goodput / SCALE, bound / SCALE,
                   round(seconds + s.deterministic_time, 3)), s, v
 
