@@ -162,6 +162,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     on), and with `base` the goodput a fresh compile would reach."""
     from compiler import incremental
     from compiler.balance import balance
+    from compiler.layout_table import layout_table
     from compiler.lower import lower
     from compiler.simulate.runner import compile_run
     from compiler.solve import solve
@@ -196,7 +197,9 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
                       layouts(draft.instances), pool)
         if why:
             metrics = metrics.model_copy(update={"balance": why})
-    plan = draft.model_copy(update={"predicted": metrics})
+    table = layout_table(inputs, sol, layouts(draft.instances), metrics, available)
+    plan = draft.model_copy(update={"predicted": metrics, "solver": draft.solver.model_copy(
+        update={"layouts": table})})
     return plan.model_copy(update={"predicted": metrics.model_copy(
         update={"simulated": compile_run(inputs, plan)})}), fresh
 

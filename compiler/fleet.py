@@ -126,7 +126,9 @@ def _solver(infos: list[SolverInfo], names: list[str]) -> SolverInfo:
                       placement=placement, racks=[r for s in infos for r in s.racks],
                       considered=[c.model_copy(update={"group": n})
                                   for s, n in zip(infos, names, strict=True)
-                                  for c in s.considered])
+                                  for c in s.considered],
+                      layouts=[x.model_copy(update={"group": n})
+                               for s, n in zip(infos, names, strict=True) for x in s.layouts])
 
 
 def _status(statuses) -> str:

@@ -39,6 +39,9 @@ class Inputs:
     kernels: str = catalog.DEPLOYED_KERNELS  # whose measured kernels the perf model uses
     # a mixed fleet's group: where its rack and NVLink ids start (compiler.ids)
     offsets: Offsets = field(default_factory=Offsets)
+    # perf contexts built for these inputs (compiler.perf.predict.context), so that the
+    # candidates, the prediction, its curve and the simulator share their step memos
+    perf_contexts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def model_name(self) -> str:

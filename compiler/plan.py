@@ -253,6 +253,35 @@ class Considered(OmitsOptional):
     group: str | None = None  # a mixed fleet's group
 
 
+class LayoutGroup(Frozen):
+    role: Role
+    shape: str
+    count: int
+
+
+class LayoutOption(OmitsOptional):
+    """One whole layout the solver weighed (compiler/layout_table.py): its instances, the
+    goodput and SLO metrics the one prediction gives it (compiler.prediction), whether no
+    other row beats it on goodput, P90 per-user rate and P90 TTFT at once (`pareto`), and why
+    it was or was not chosen."""
+
+    OPTIONAL = ("group",)
+    mode: Literal["disaggregated", "aggregated"]
+    instances: list[LayoutGroup]
+    gpus: int
+    goodput: float  # requests/s the layout sustains at the SLO (the admission cap)
+    tokens_per_s_per_user_p50: float
+    tokens_per_s_per_user_p90: float
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    tpot_ms_p50: float
+    slo_met: bool
+    pareto: bool
+    chosen: bool
+    why: str
+    group: str | None = None  # a mixed fleet's group
+
+
 class SolverInfo(Frozen):
     status: str  # OPTIMAL when both phases are
     objective: float  # goodput, requests/s
@@ -262,6 +291,8 @@ class SolverInfo(Frozen):
     placement: PhaseSolve
     racks: list[RackSolve]
     considered: list[Considered]  # every candidate of the counts phase, in its order
+    # whole layouts weighed, the chosen first (compiler/layout_table.py); none when pinned
+    layouts: list[LayoutOption] = []
 
 
 class Images(Frozen):

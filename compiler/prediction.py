@@ -45,10 +45,11 @@ def goodput(inputs: Inputs, layouts: list[Layout], available_gpus: int) -> float
 
 
 def predict(inputs: Inputs, layouts: list[Layout], available_gpus: int,
-            pool_gib: float | None = None) -> Predicted:
-    """The plan's `predicted` block, with the SLO checks."""
+            pool_gib: float | None = None, with_curve: bool = True) -> Predicted:
+    """The plan's `predicted` block, with the SLO checks (`with_curve` off: without the
+    throughput-interactivity curve, as the decision table's rows are)."""
     metrics = operating_point(inputs, layouts, goodput(inputs, layouts, available_gpus),
-                              pool_gib)
+                              pool_gib, with_curve)
     return metrics.model_copy(update={"slo": slo_checks(inputs, metrics)})
 
 

@@ -15,8 +15,6 @@ import re
 from importlib import resources
 from typing import TYPE_CHECKING
 
-import yaml
-
 from compiler import arch, catalog
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
@@ -284,7 +282,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
 @functools.cache
 def _parser_table() -> dict:
     path = resources.files("compiler.catalog") / "data" / "parsers" / "parsers.yaml"
-    return yaml.safe_load(path.read_text())
+    return catalog.read_yaml(path.read_text())
 
 
 def parsers(model_name: str) -> Parsers:

@@ -6,7 +6,14 @@ Paths are relative to the compile output directory and start with the target's f
 from collections.abc import Callable
 
 from compiler.plan import Plan
-from targets import dynamo, k8s, lws, mooncake, vllm
+from targets import (
+    _k8s_client,  # noqa: F401  first: the Kubernetes client, lean (its docstring)
+    dynamo,
+    k8s,
+    lws,
+    mooncake,
+    vllm,
+)
 
 TARGETS: dict[str, Callable[[Plan], dict[str, str]]] = {
     "vllm": vllm.emit,

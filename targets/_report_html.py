@@ -7,6 +7,7 @@ from collections.abc import Set as AbstractSet
 from html import escape
 
 from compiler.plan import Plan, Predicted
+from targets import _report_layouts as layouts
 from targets import _report_memory as memory
 from targets._report_curve import curve_svg
 from targets._report_rack import legend_html, rack_svg
@@ -135,6 +136,7 @@ def _decision(plan: Plan) -> list[str]:
     rows = _slo_rows(plan)
     classes = ["miss" if r[3] == "missed" else "" for r in rows]
     out.append(_table(["metric", "predicted", "SLO", ""], rows, {1, 2}, classes))
+    out += _layouts(plan)
     out += _considered(plan)
     return out
 
@@ -144,6 +146,16 @@ def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:
     if plan.mixed:
         return [(g.name, g.predicted) for g in plan.hardware.groups if g.predicted is not None]
     return [(None, plan.prediction)]
+
+
+def _layouts(plan: Plan) -> list[str]:
+    if not plan.solver.layouts:
+        return []
+    head, body, classes = layouts.rows(plan)
+    shift = len(head) - len(layouts.HEAD)
+    return ["<h3>Layouts weighed</h3>", f"<p>{escape(layouts.INTRO)}</p>",
+            _table(head, body, {k + shift for k in layouts.NUMERIC}, classes,
+                   {len(head) - 1})]
 
 
 def _considered(plan: Plan) -> list[str]:
@@ -178,7 +190,7 @@ def _considered(plan: Plan) -> list[str]:
     head = (["group"] if many else []) + ["role", "shape", "GPUs", "req/s per instance",
                                           "req/s per GPU", "max batch", "step ms", ""]
     nums = {k + many for k in (2, 3, 4, 5, 6)}
-    out = ["<h3>Layouts considered</h3>",
+    out = ["<h3>Engine shapes considered</h3>",
            f"<p>Every engine shape the solver weighed (roles: {escape(', '.join(modes))}), "
            "what one instance sustains at the SLO, and why a shape could not serve; the "
            "solver chose the counts of these that maximise goodput on the GPUs there are. "

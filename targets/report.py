@@ -7,6 +7,7 @@ import json
 from compiler.plan import Plan
 from targets._report_curve import curve_svg
 from targets._report_html import index_html
+from targets._report_layouts import markdown as layouts_md
 from targets._report_text import balance_sentence, fallbacks
 from targets._simulated import simulated_md
 
@@ -45,6 +46,7 @@ def performance_md(plan: Plan) -> str:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += slo_md(plan)
+    lines += layouts_md(plan)
     lines += fallbacks_md(plan)
     lines += before_you_deploy_md(plan)
     lines += _balance_lines(p.get("balance"))

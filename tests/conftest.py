@@ -29,6 +29,16 @@ def example_copy(tmp_path: Path):
     return copy
 
 
+@pytest.fixture(scope="session")
+def compiled_example():
+    """`compiled_example(name)`: the plan `rackc compile examples/NAME` makes (targets not
+    emitted), compiled once per session and shared: plans are frozen, so tests read them
+    (`model_copy` makes a changed one)."""
+    from tests.targets.fixtures import compiled_plan
+
+    return compiled_plan
+
+
 # Files whose tests compile whole examples, build bundles or run external validators: the
 # quick path `python -m pytest -m "not slow"` leaves them out (each test may also say so itself
 # with @pytest.mark.slow).

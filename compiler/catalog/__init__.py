@@ -23,6 +23,12 @@ _ENGINES = resources.files("compiler.catalog") / "engines"
 VLLM_RELEASES = ("0.33", "0.31")
 PLAN_VLLM = "0.33"
 ENGINE_FILES = (*(f"vllm-{r}" for r in VLLM_RELEASES), "dynamo", "mooncake")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 5-10x faster
+
+
+def read_yaml(text: str) -> object:
+    """A packaged YAML file's data (safe tags only), through libyaml when it is there."""
+    return yaml.load(text, Loader=_LOADER)
 
 
 def _names(kind: str) -> tuple[str, ...]:
@@ -44,12 +50,12 @@ def workload_names() -> tuple[str, ...]:
 
 @functools.cache
 def system(name: str) -> System:
-    return System.model_validate(yaml.safe_load(system_text(name)))
+    return System.model_validate(read_yaml(system_text(name)))
 
 
 @functools.cache
 def model(name: str) -> ModelV1:
-    return ModelV1.model_validate(yaml.safe_load((_DATA / "models" / f"{name}.yaml").read_text()))
+    return ModelV1.model_validate(read_yaml((_DATA / "models" / f"{name}.yaml").read_text()))
 
 
 def model_text(name: str) -> str:
@@ -58,7 +64,7 @@ def model_text(name: str) -> str:
 
 @functools.cache
 def workload(name: str) -> Profile:
-    return Profile.model_validate(yaml.safe_load(workload_text(name)))
+    return Profile.model_validate(read_yaml(workload_text(name)))
 
 
 def engine_text(name: str) -> str:
@@ -68,7 +74,7 @@ def engine_text(name: str) -> str:
 @functools.cache
 def engines() -> Engines:
     """The pinned engines' capabilities (catalog/engines/)."""
-    data = {n: yaml.safe_load(engine_text(n)) for n in ENGINE_FILES}
+    data = {n: read_yaml(engine_text(n)) for n in ENGINE_FILES}
     releases = {r: Vllm.model_validate(data[f"vllm-{r}"]) for r in VLLM_RELEASES}
     assert all(v.version == r for r, v in releases.items()), "vllm-<release>.yaml's version"
     return Engines(vllm=releases[PLAN_VLLM], vllm_releases=releases,

@@ -58,7 +58,16 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
             shape: Shape | None = None) -> PerfContext:
     """What the step model needs of one instance group; `role` says where its Engram tables
     are (compiler.resolve: prefill's are in host memory when the engine cannot share HBM), and
-    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16)."""
+    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16). Built once
+    per inputs and arguments, so every caller shares its step memo (compiler.perf.step)."""
+    key = (max(1, engram_gpus), role, shape)
+    ctx = inputs.perf_contexts.get(key)
+    if ctx is None:
+        ctx = inputs.perf_contexts[key] = _context(inputs, *key)
+    return ctx
+
+
+def _context(inputs: Inputs, engram_gpus: int, role: str, shape: Shape | None) -> PerfContext:
     spec = inputs.deployment.spec.serving.speculative
     r = inputs.resolved
     weight_only, offload, batched = False, 0.0, False
@@ -222,13 +231,14 @@ def operating_workload(inputs: Inputs) -> Workload:
 
 
 def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None,
-                    pool_gib: float | None = None) -> "Predicted":
+                    pool_gib: float | None = None, with_curve: bool = True) -> "Predicted":
     """The plan's `predicted` block: metrics at the operating point (admission capped at the
-    solver's goodput) and the throughput-interactivity curve."""
+    solver's goodput) and, `with_curve`, the throughput-interactivity curve."""
     from dataclasses import asdict
 
     from compiler.plan import Predicted
 
     w = operating_workload(inputs)
     p = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib)
-    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib))
+    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib)
+                     if with_curve else [])

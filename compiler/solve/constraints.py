@@ -8,8 +8,7 @@ literals (`lits`) make user requirements switchable for infeasibility explanatio
 import math
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.solve import racks
 from compiler.solve.problem import Problem, scaled_supply
 

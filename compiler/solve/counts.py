@@ -5,10 +5,9 @@ as few GPUs as possible for it. User requirements enter as assumption literals s
 infeasible deployment can be explained by the requirements that conflict.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.solve import constraints as rules
 from compiler.solve import racks
 from compiler.solve.params import solver
@@ -25,10 +24,13 @@ class Counts:
     deterministic_seconds: float
 
 
-def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, rules.CountVars]:
+def build(p: Problem, with_objective: bool = True, only: frozenset[int] | None = None
+          ) -> tuple[cp_model.CpModel, rules.CountVars]:
+    """`only`: the candidate indices that may have instances (the others none)."""
     m = cp_model.CpModel()
     total_gpus = sum(len(d.trays) * d.gpus_per_tray for d in p.domains)
-    n = {i: m.new_int_var(0, total_gpus // c.shape.gpus, f"n[{i}]")
+    n = {i: m.new_int_var(0, total_gpus // c.shape.gpus if only is None or i in only else 0,
+                          f"n[{i}]")
          for i, c in enumerate(p.candidates)}
     lits = {key: m.new_bool_var(f"req[{key}]") for key in sorted(p.requirements)}
     v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits, kept=p.kept_counts())
@@ -45,42 +47,60 @@ def build(p: Problem, with_objective: bool = True) -> tuple[cp_model.CpModel, ru
     return m, v
 
 
-def _goodput_solve(p: Problem):
-    """The counts model with every requirement on, solved for goodput: (model, variables,
-    solver, status)."""
+def best_goodput(p: Problem) -> float | None:
+    """The goodput solve_counts reaches, without its tie-break or split over racks (what a
+    recompile reports a fresh layout would reach); None when the requirements conflict."""
     m, v = build(p)
     for lit in v.lits.values():
         m.add(lit == 1)
     s = solver()
-    return m, v, s, s.solve(m)
-
-
-def best_goodput(p: Problem) -> float | None:
-    """The goodput solve_counts reaches, without its tie-break or split over racks (what a
-    recompile reports a fresh layout would reach); None when the requirements conflict."""
-    _, v, s, status = _goodput_solve(p)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if s.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return s.value(v.goodput) / SCALE
 
 
 def solve_counts(p: Problem) -> Counts | list[str]:
     """The counts, or the keys of a small set of requirements that cannot hold together."""
-    m, v, s, status = _goodput_solve(p)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    found = _best(p, None)
+    if found is None:
         return conflicting_requirements(p)
+    counts, s, v = found
+    totals = [counts.by_candidate.get(i, 0) for i in range(len(p.candidates))]
+    return replace(counts, by_domain=racks.split(p, rules.items(p), totals, v.capacity, s))
+
+
+def best_with(p: Problem, only: frozenset[int], limit: float) -> Counts | None:
+    """The counts with instances of the candidates `only` (by index) alone, by the same model
+    and tie-break as solve_counts (no per-rack split), within `limit` deterministic seconds
+    per phase; None where none serve (the decision table: compiler/solve/layouts.py)."""
+    found = _best(p, only, limit)
+    return None if found is None else found[0]
+
+
+def _best(p: Problem, only: frozenset[int] | None, limit: float | None = None
+          ) -> tuple[Counts, cp_model.CpSolver, rules.CountVars] | None:
+    m, v = build(p, only=only)
+    for lit in v.lits.values():
+        m.add(lit == 1)
+    s = solver()
+    if limit is not None:
+        s.parameters.max_deterministic_time = limit
+    status = s.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
     goodput, bound, seconds = s.value(v.goodput), s.best_objective_bound, s.deterministic_time
     # tie-break: among layouts with that goodput, the most spare supply (lower utilisation,
     # so shorter queues), rather than idle GPUs
+    first = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
     m.add(v.goodput >= goodput)
     m.maximize(rules.supply(v, p))
     second = s.solve(m)
     both = "OPTIMAL" if status == second == cp_model.OPTIMAL else "FEASIBLE"
-    by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
-    totals = [by_candidate.get(i, 0) for i in range(len(p.candidates))]
-    by_domain = racks.split(p, rules.items(p), totals, v.capacity, s)
-    return Counts(by_candidate, by_domain, both, goodput / SCALE, bound / SCALE,
-                  round(seconds + s.deterministic_time, 3))
+    # a tie-break cut short by a small limit without a solution keeps the first phase's
+    by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)} \
+        if second in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
+    return Counts(by_candidate, {}, both, goodput / SCALE, bound / SCALE,
+                  round(seconds + s.deterministic_time, 3)), s, v
 
 
 def _infeasible_with(p: Problem, active: list[str]) -> tuple[bool, list[str]]:

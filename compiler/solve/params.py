@@ -1,7 +1,7 @@
 """Deterministic CP-SAT parameters: one worker, fixed seed, deterministic time limit, so the
 same inputs give the same solution on any machine."""
 
-from ortools.sat.python import cp_model
+from compiler.cpsat import cp_model
 
 DETERMINISTIC_SECONDS = 20.0
 SEED = 7

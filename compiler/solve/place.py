@@ -14,8 +14,7 @@ with its own gap; racks with the same trays, availability and instances share on
 
 from dataclasses import dataclass, replace
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.plan import DomainMemory
 from compiler.shapes import Shape
 from compiler.solve import racks

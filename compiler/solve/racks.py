@@ -15,8 +15,7 @@ g >= s GPUs covers g / s of them).
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.solve.problem import Domain, Problem
 
 MAX_PATTERNS = 4000  # beyond this a class falls back to direct per-rack counts

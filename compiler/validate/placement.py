@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, floor
 
-from ortools.sat.python import cp_model
-
+from compiler.cpsat import cp_model
 from compiler.validate.pods import Node
 
 SOLVER_SECONDS = 10.0
