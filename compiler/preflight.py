@@ -11,6 +11,7 @@ import re
 
 from compiler import catalog
 from compiler.ids import gpu_of_domain
+from compiler.names import dns_label
 from compiler.plan import Notice, Plan
 
 
@@ -66,7 +67,8 @@ def notices(plan: Plan) -> list[Notice]:
             f"CUDA: {wheel.cuda13.value} on CUDA 13 (Dynamo {dynamo.dynamo}'s runtime pins "
             f"nixl[cu13]), {wheel.cuda12.value} on CUDA 12 (its store.so needs "
             "libcudart.so.12)"))
-    return out + _reserve_notices(plan) + _pool_notices(plan) + _cluster_notices(plan)
+    return (out + _reserve_notices(plan) + _pool_notices(plan) + _grove_notices(plan)
+            + _cluster_notices(plan))
 
 
 def _pool_notices(plan: Plan) -> list[Notice]:
@@ -117,16 +119,48 @@ def _reserve_notices(plan: Plan) -> list[Notice]:
         "DeepSeek-V4 GB200 recipe serves at 0.9)")]
 
 
+# Grove and the Dynamo webhook cap PodCliqueSet + scaling group + PodClique names at 45
+# characters (ai-dynamo/dynamo PR #5449, validateComponentNameLength); operators since
+# PCSNameForDGD shorten the PodCliqueSet name with a hash, earlier ones reject the graph
+GROVE_NAME_BUDGET = 45
+
+
+def _grove_notices(plan: Plan) -> list[Notice]:
+    """A multinode DGD component becomes a Grove PodCliqueSet `<graph>`, scaling group
+    `<component>` and leader clique `<component>-ldr` (fresh review R4-02)."""
+    if plan.site.engines["dynamo"].refused:
+        return []
+    over = []
+    for i in plan.instances:
+        if len(i.rank_groups) > 1:
+            graph = dns_label(plan.serving.name, i.group or "")
+            total = len(graph) + len(i.workload) + len(i.workload) + len("-ldr")
+            if total > GROVE_NAME_BUDGET:
+                over.append(f"{graph} + {i.workload}: {total}")
+    if not over:
+        return []
+    return [_notice(
+        "metadata.name", "k8s",
+        f"multinode components whose graph, component and leader-clique names add up to more "
+        f"than {GROVE_NAME_BUDGET} characters ({'; '.join(over[:3])}"
+        f"{'; ...' if len(over) > 3 else ''}): a Dynamo operator that does not shorten the "
+        "PodCliqueSet name rejects the graph",
+        "check that your operator shortens PodCliqueSet names (PCSNameForDGD), or give the "
+        "deployment a shorter metadata.name")]
+
+
 def _cluster_notices(plan: Plan) -> list[Notice]:
     """What the cluster must give the pods, and the risks the bundle leaves to the site."""
     site, out = plan.site, []
     why = "; ".join(f"{kind}: {sec.why}" for kind, sec in site.security.items()
                     if sec.level != "restricted")
+    tokens = ", ".join(kind for kind, sec in site.security.items() if sec.service_account_token)
     out.append(_notice(
         "site.security", "k8s",
         f"the namespace enforces Pod Security {site.pod_security_level}"
         + (f" for the engine pods ({why})" if why else "") + "; every pod without GPUs meets "
-        "restricted and mounts no service-account token but the router's",
+        "restricted, and only pods that call the API server mount a service-account token ("
+        + (tokens or "none") + ")",
         "label the namespace yourself only if your policy allows that level; nothing else "
         "runs privileged"))
     if site.model_cache.kind == "pvc":

@@ -256,11 +256,17 @@ def token(plan: Plan, kind: str) -> bool:
     return plan.site.security[kind].service_account_token
 
 
+NODE_VAR = "MOONCAKE_CLIENT_NODE"  # sorts before MOONCAKE_CONFIG_PATH, which expands it
+
+
 def engine_container(plan: Plan, component: Component, image: str, command: list[str],
                      args: list[str], env: list[V1EnvVar],
                      extra_mounts: list[V1VolumeMount] | None = None) -> V1Container:
     """The `main` container of an engine pod. With a pool it reads its node's Mooncake client
-    file: NODE_NAME comes first, so that Kubernetes can expand it in MOONCAKE_CONFIG_PATH."""
+    file: MOONCAKE_CLIENT_NODE (the node's name) comes first, so that Kubernetes can expand it
+    in MOONCAKE_CONFIG_PATH, and its name sorts first too: an operator that sorts the env by
+    name (a Dynamo operator's MergeEnvs, deploy/operator/internal/dynamo/graph.go, in some
+    releases) keeps the order (fresh review R4-01)."""
     size = component_resources(plan, component)
     channel = claims_channel(plan, component.instances[0], component.nodes_per_instance)
     claims = [CoreV1ResourceClaim(name=CHANNEL_CLAIM)] if channel else None
@@ -270,9 +276,9 @@ def engine_container(plan: Plan, component: Component, image: str, command: list
     if _mooncake.pool_enabled(plan):
         mounts.append(V1VolumeMount(name=MOONCAKE_VOLUME, mount_path=_mooncake.CONFIG_DIR,
                                     read_only=True))
-        env = [field_env("NODE_NAME", "spec.nodeName"),
+        env = [field_env(NODE_VAR, "spec.nodeName"),
                V1EnvVar(name="MOONCAKE_CONFIG_PATH",
-                        value=_mooncake.client_config_path("$(NODE_NAME)")),
+                        value=_mooncake.client_config_path(f"$({NODE_VAR})")),
                *env]
     return V1Container(
         name="main", image=image, command=command, args=args, env=env, volume_mounts=mounts,

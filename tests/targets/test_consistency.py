@@ -303,8 +303,12 @@ def test_every_engine_pod_finds_its_nodes_mooncake_file(case):
         for template, nodes in templates:
             env = [e["name"] for e in emitted.main_container(template)["env"]]
             path = {e["name"]: e.get("value") for e in emitted.main_container(template)["env"]}
-            assert env.index("NODE_NAME") < env.index("MOONCAKE_CONFIG_PATH")
-            assert path["MOONCAKE_CONFIG_PATH"] == "/etc/mooncake/$(NODE_NAME).json"
+            # declared first and named to sort first: an operator that sorts the env keeps
+            # the variable before the one that expands it (review R4-01)
+            assert env.index("MOONCAKE_CLIENT_NODE") < env.index("MOONCAKE_CONFIG_PATH")
+            assert sorted(env).index("MOONCAKE_CLIENT_NODE") < sorted(env).index(
+                "MOONCAKE_CONFIG_PATH")
+            assert path["MOONCAKE_CONFIG_PATH"] == "/etc/mooncake/$(MOONCAKE_CLIENT_NODE).json"
             assert {f"{n}.json" for n in nodes} <= set(clients["data"])
 
 

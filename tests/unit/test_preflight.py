@@ -105,3 +105,23 @@ def test_several_shapes_of_a_role_are_one_dynamo_routing_pool(stock):
         i.model_dump() for i in (*stock.instances, other)]})
     [n] = [n for n in notices(mixed) if n.path == "objective.shapes"]
     assert "DEP32, DEP64" in n.problem and "decode" in n.problem
+
+
+def test_grove_names_over_the_budget_are_named(stock):
+    """Fresh review R4-02: graph + component + `<component>-ldr` over 45 characters."""
+    from compiler.preflight import GROVE_NAME_BUDGET
+
+    decode = stock.instance("decode-00")
+    exact = len(stock.serving.name) + 2 * len(decode.workload) + len("-ldr")
+    assert exact <= GROVE_NAME_BUDGET  # the example fits (45 of 45)
+    assert not [n for n in notices(stock) if n.path == "metadata.name"]
+    longer = stock.model_copy(update={"serving": stock.serving.model_copy(
+        update={"name": stock.serving.name + "-x"})})
+    [n] = [n for n in notices(longer) if n.path == "metadata.name"]
+    assert f"{decode.workload}: {exact + 2}" in n.problem
+
+
+def test_the_token_sentence_names_the_pods_that_mount_one(stock):
+    """Fresh review R4-03: the frontend and Dynamo's workers mount theirs."""
+    [n] = [n for n in notices(stock) if n.path == "site.security"]
+    assert "frontend" in n.problem and "dynamo-engine" in n.problem
