@@ -116,10 +116,12 @@ def test_vllm_engine_config_builds(case):
 def test_dynamo_lines_parse_with_dynamo_161(case):
     if refused(case, "dynamo"):
         return
-    [dgd] = emitted.documents(files(case), "dynamo")
-    lines = list(emitted.dynamo_lines(dgd).values())
-    assert {line[2] for line in lines} == {"dynamo.frontend", "dynamo.vllm"}
-    assert_all_ok(harness.check_dynamo_lines(lines))
+    graphs = emitted.documents(files(case), "dynamo")  # one per fleet group
+    assert graphs
+    for dgd in graphs:
+        lines = list(emitted.dynamo_lines(dgd).values())
+        assert {line[2] for line in lines} == {"dynamo.frontend", "dynamo.vllm"}
+        assert_all_ok(harness.check_dynamo_lines(lines))
 
 
 def test_dynamo_worker_imports_under_the_vllm_its_target_names():
