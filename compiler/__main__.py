@@ -1,9 +1,25 @@
 """`rackc` and `python -m compiler`: ^C and SIGTERM are rackc's from its first line on, before
 the command line module and its libraries are imported (compiler/interrupts.py)."""
 
+import signal
 import sys
 
-from compiler import interrupts
+
+def _starting(signum: int, _frame: object) -> None:
+    """Until compiler.interrupts is imported: nothing is written yet, so just stop."""
+    sys.stderr.write("rackc: interrupted; nothing was written\n")
+    raise SystemExit(128 + signum)
+
+
+for _signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_signum, _starting)
+
+from compiler import interrupts  # noqa: E402 (after the handlers above)
+
+
+def _interrupted(code: int) -> int:
+    sys.stderr.write("rackc: interrupted; nothing was written\n")
+    return code
 
 
 def main() -> int:
@@ -11,8 +27,12 @@ def main() -> int:
     try:
         from compiler.cli import main as run
     except KeyboardInterrupt as exc:  # while the CLI's modules were being imported
-        sys.stderr.write("rackc: interrupted; nothing was written\n")
-        return exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130
+        return _interrupted(exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130)
+    except ImportError:  # an extension's init cut by the handler reports it as ImportError
+        signum = interrupts.received()
+        if signum is None:
+            raise
+        return _interrupted(128 + signum)
     return run()
 
 

@@ -511,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("rackc: interrupted; nothing was written\n")
         return exc.exit_code if isinstance(exc, interrupts.Interrupted) else EXIT_INTERRUPTED
     except Exception:  # a bug, not bad input: show where, and say so
+        signum = interrupts.received()
+        if signum is not None:  # the interrupt, turned into another error by an extension
+            sys.stderr.write("rackc: interrupted; nothing was written\n")
+            return 128 + signum
         traceback.print_exc()
         sys.stderr.write("rackc: internal error (a bug in rackc, not in your input); "
                          "please report it with the traceback above\n")

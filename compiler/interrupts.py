@@ -15,6 +15,7 @@ from collections.abc import Iterator
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _depth = 0
 _pending: list[int] = []
+_received: list[int] = []  # every signal that came, even one an extension turned into an error
 
 
 class Interrupted(KeyboardInterrupt):
@@ -28,6 +29,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _handler(signum: int, _frame: object) -> None:
+    _received.append(signum)
     if _depth:
         _pending.append(signum)
         return
@@ -61,3 +63,10 @@ def pending() -> bool:
 def forget() -> None:
     """The work a signal would have stopped is committed: answer it by finishing."""
     _pending.clear()
+
+
+def received() -> int | None:
+    """The first signal that came, if any: a C extension that was running Python code when
+    the handler raised (OR-Tools' pybind11 module init) reports it as its own error, e.g.
+    ImportError 'initialization failed', which is this interrupt, not a bug."""
+    return _received[0] if _received else None

@@ -108,3 +108,27 @@ def test_a_signal_in_a_held_block_is_raised_when_the_block_ends():
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def test_an_interrupt_an_extension_reports_as_its_own_error_exits_as_the_interrupt(
+        monkeypatch, capsys):
+    """SIGTERM while OR-Tools' pybind11 module initialises: the handler's exception comes out
+    as ImportError 'initialization failed' (fuzz_commands.py found it): still exit 143, no
+    traceback, not an internal error."""
+    from compiler import cli, interrupts
+
+    monkeypatch.setattr(interrupts, "_received", [])
+
+    def cut_short(_args):
+        interrupts._received.append(signal.SIGTERM)  # what the handler records
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(cli, "cmd_check", cut_short)
+    try:
+        code = cli.main(["check", str(DEPLOYMENT)])
+    finally:
+        for signum in interrupts.SIGNALS:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                          else signal.SIG_DFL)
+    err = capsys.readouterr().err
+    assert code == 143 and "interrupted" in err and "Traceback" not in err
