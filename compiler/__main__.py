@@ -23,8 +23,8 @@ def _interrupted(code: int) -> int:
 
 
 def main() -> int:
-    interrupts.install()
     try:
+        interrupts.install()
         from compiler.cli import main as run
     except KeyboardInterrupt as exc:  # while the CLI's modules were being imported
         return _interrupted(exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130)
@@ -33,7 +33,21 @@ def main() -> int:
         if signum is None:
             raise
         return _interrupted(128 + signum)
-    return run()
+    code = None
+    try:
+        code = run()
+        # The outcome is decided (OUT committed, or left as it was): a signal now changes
+        # nothing. Ignored rather than left to rackc's handler, which interpreter shutdown
+        # resets to the default action (CPython's _PySignal_Fini keeps only ignored signals
+        # ignored), so a late signal would end a finished command by the signal (seen by
+        # fuzz_commands.py).
+        for signum in interrupts.SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+    except KeyboardInterrupt as exc:  # between the command's end and the line above
+        if code is not None:
+            return code
+        return _interrupted(exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130)
+    return code
 
 
 if __name__ == "__main__":
