@@ -40,12 +40,12 @@ def rank_groups(trays: dict[str, Tray], tray_of_gpu: dict[str, str], instance: I
     if len({len(gpus) for _, gpus in runs}) > 1:
         raise LayoutError(f"instances[{instance.id}]: every tray must hold the same number of "
                           f"its GPUs, got {[len(gpus) for _, gpus in runs]}")
-    leader_slot = trays[order[0]].gpus.index(runs[0][1][0])
+    devices_of = [[trays[t].gpus.index(g) for g in gpus] for t, gpus in runs]
+    leader_slot = devices_of[0][0]
     multi = len(runs) > 1
     out, first = [], 0
-    for index, (tray_id, gpus) in enumerate(runs):
+    for index, ((tray_id, gpus), devices) in enumerate(zip(runs, devices_of, strict=True)):
         tray = trays[tray_id]
-        devices = [tray.gpus.index(g) for g in gpus]
         leader = index == 0
         listens = leader or instance.dp > 1
         out.append(RankGroup(

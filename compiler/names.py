@@ -30,3 +30,13 @@ def dns_label(*parts: str) -> str:
     digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_HEX]
     tail = name[len(name) - (MAX_LABEL - _HASH_HEX - 1):].lstrip("-")
     return f"{tail}-{digest}"
+
+
+def graph_name(deployment: str, group: str | None) -> str:
+    """The DynamoGraphDeployment of a fleet group (one group: the deployment's name alone)."""
+    return dns_label(deployment, group or "")
+
+
+def leader_worker_set_name(deployment: str, workload: str) -> str:
+    """The LeaderWorkerSet of an instance's workload (`Instance.workload`)."""
+    return dns_label(deployment, workload)

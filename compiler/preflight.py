@@ -11,7 +11,7 @@ import re
 
 from compiler import catalog
 from compiler.ids import gpu_of_domain
-from compiler.names import dns_label
+from compiler.names import graph_name
 from compiler.plan import Notice, Plan
 
 
@@ -133,7 +133,7 @@ def _grove_notices(plan: Plan) -> list[Notice]:
     over = []
     for i in plan.instances:
         if len(i.rank_groups) > 1:
-            graph = dns_label(plan.serving.name, i.group or "")
+            graph = graph_name(plan.serving.name, i.group)
             total = len(graph) + len(i.workload) + len(i.workload) + len("-ldr")
             if total > GROVE_NAME_BUDGET:
                 over.append(f"{graph} + {i.workload}: {total}")

@@ -17,7 +17,7 @@ from kubernetes.client import (
 )
 
 from compiler import ports
-from compiler.names import dns_label
+from compiler.names import graph_name
 from compiler.plan import Plan
 from targets import _kube
 from targets._components import Component, components
@@ -136,7 +136,7 @@ def graph_deployments(plan: Plan) -> list[dict]:
     out = []
     for group in groups:
         mine = [c for c in comps if group is None or c.instances[0].group == group]
-        name = dns_label(plan.serving.name, group or "")
+        name = graph_name(plan.serving.name, group)
         out.append({
             "apiVersion": "nvidia.com/v1beta1",
             "kind": "DynamoGraphDeployment",

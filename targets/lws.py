@@ -37,7 +37,7 @@ from kubernetes.client import (
 )
 
 from compiler import ports
-from compiler.names import dns_label
+from compiler.names import dns_label, leader_worker_set_name
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
@@ -113,7 +113,7 @@ def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
 
 
 def lws_name(plan: Plan, component: Component) -> str:
-    return dns_label(plan.serving.name, component.name)
+    return leader_worker_set_name(plan.serving.name, component.name)
 
 
 def leader_worker_set(plan: Plan, component: Component) -> dict:

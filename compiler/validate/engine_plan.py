@@ -14,7 +14,7 @@ LeaderWorkerSet by `<serving name>-<workload>` (compiler.deploy)."""
 import json
 from typing import Any
 
-from compiler.names import dns_label
+from compiler.names import leader_worker_set_name
 from compiler.plan import Instance, Plan
 from compiler.validate.finding import Finding
 from compiler.validate.pods import Engine
@@ -32,7 +32,7 @@ def _instance(plan: Plan, e: Engine) -> Instance | None:
         if e.group.obj.kind == "DynamoGraphDeployment" and e.group.name == i.workload:
             return i
         if e.group.obj.kind == "LeaderWorkerSet" and \
-                e.group.obj.name == dns_label(plan.serving.name, i.workload):
+                e.group.obj.name == leader_worker_set_name(plan.serving.name, i.workload):
             return i
     return None
 
