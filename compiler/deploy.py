@@ -19,7 +19,7 @@ dial it.
 from itertools import groupby
 
 from compiler import ports
-from compiler.names import dns_label
+from compiler.names import workload_name
 from compiler.plan import Decision, Instance, RankGroup, Tray
 
 
@@ -65,13 +65,8 @@ def with_rank_groups(trays: list[Tray], instances: list[Instance]) -> list[Insta
     by_id = {t.id: t for t in trays}
     of_gpu = {g: t.id for t in trays for g in t.gpus}
     return [i.model_copy(update={"rank_groups": rank_groups(by_id, of_gpu, i),
-                                 "workload": workload_name(i)})
+                                 "workload": workload_name(i.id, i.shape)})
             for i in instances]
-
-
-def workload_name(instance: Instance) -> str:
-    """One Kubernetes workload per instance, named `<id>-<shape>` (targets/_components.py)."""
-    return dns_label(instance.id, instance.shape)
 
 
 def decisions(instances: list[Instance]) -> list[Decision]:

@@ -37,6 +37,11 @@ def graph_name(deployment: str, group: str | None) -> str:
     return dns_label(deployment, group or "")
 
 
+def workload_name(instance_id: str, shape: str) -> str:
+    """One Kubernetes workload per instance, named `<id>-<shape>` (targets/_components.py)."""
+    return dns_label(instance_id, shape)
+
+
 def leader_worker_set_name(deployment: str, workload: str) -> str:
     """The LeaderWorkerSet of an instance's workload (`Instance.workload`)."""
     return dns_label(deployment, workload)

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 
 from compiler.ids import gpu_of_domain, natural, parse_instance
-from compiler.names import dns_label
+from compiler.names import workload_name
 from compiler.shapes import parse_shape
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.source import Document, checked_events, data_of, format_path, load_yaml_text
@@ -754,8 +754,9 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
             problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
                              ", ".join(i.trays) or "none", EDITED))
         problems += _rank_group_problems(plan, at, i, tray_of)
-        if i.workload != dns_label(i.id, i.shape):
-            problems.append(((*at, "workload"), f"{dns_label(i.id, i.shape)} (its id and shape)",
+        expected = workload_name(i.id, i.shape)
+        if i.workload != expected:
+            problems.append(((*at, "workload"), f"{expected} (its id and shape)",
                              repr(i.workload), EDITED))
     return problems
 

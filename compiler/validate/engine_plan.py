@@ -9,7 +9,7 @@ the KV cache (S3-15); a startup probe shorter than the cold start the plan sized
 
 Engines are matched to instances by what the plan records: a launch script's folder is the
 instance id (`vllm/<id>/<tray>.sh`), a DGD component is named by `Instance.workload`, a
-LeaderWorkerSet by `<serving name>-<workload>` (compiler.deploy)."""
+LeaderWorkerSet by `<serving name>-<workload>` (compiler.names)."""
 
 import json
 from typing import Any
