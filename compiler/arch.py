@@ -67,11 +67,24 @@ def attention_params_per_layer(spec: ModelSpec) -> int:
         params = q + kv + out
     else:
         params = h * a.heads * a.head_dim * 2 + h * a.kv_heads * a.head_dim * 2
-    if a.indexer:
-        ix = a.indexer
-        q_in = a.q_lora_rank or h
-        params += q_in * ix.heads * ix.head_dim + h * ix.head_dim + h * ix.heads
-    return params
+    return params + indexer_params(spec)
+
+
+def indexer_params(spec: ModelSpec) -> int:
+    """One sparse indexer (DSA): its query, key and head-weight projections."""
+    a, h = spec.attention, spec.hidden_size
+    if not a.indexer or a.kind == "csa":
+        return 0
+    ix = a.indexer
+    return (a.q_lora_rank or h) * ix.heads * ix.head_dim + h * ix.head_dim + h * ix.heads
+
+
+def indexer_layers(spec: ModelSpec) -> int:
+    """Target layers that own an indexer: those named (IndexShare), else every layer."""
+    ix = spec.attention.indexer
+    if not ix:
+        return 0
+    return len(ix.source_layers) if ix.source_layers is not None else spec.layers
 
 
 def csa_layer_params(spec: ModelSpec) -> int:
@@ -150,7 +163,8 @@ def params(spec: ModelSpec) -> Params:
             * expert_params(spec)
     layer = attention_params_per_layer(spec) + (
         3 * h * moe.expert_intermediate * (moe.top_k + moe.shared_experts) if moe else 0)
-    attention = attention_params_per_layer(spec) * spec.layers
+    attention = attention_params_per_layer(spec) * spec.layers \
+        - indexer_params(spec) * (spec.layers - indexer_layers(spec))
     if spec.attention.kind == "csa":
         attention += sum(csa_side_params(spec)) + hc_params(spec, spec.layers) \
             + engram_proj_params(spec)
@@ -254,10 +268,12 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
         lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
         if a.indexer and dt == "fp8":
             # vLLM's DSA layout: FP8 latent + 4 FP32 scales + BF16 rope; FP8 indexer key + scale
-            per_layer = lora + 4 * (lora // 128) + 2 * rope + a.indexer.head_dim + 4
+            per_layer, index_key = lora + 4 * (lora // 128) + 2 * rope, a.indexer.head_dim + 4
         else:
-            per_layer = (lora + rope) * b + (a.indexer.head_dim * b if a.indexer else 0)
-        return per_layer * layers
+            per_layer, index_key = (lora + rope) * b, a.indexer.head_dim * b if a.indexer else 0
+        # the index key cache belongs to the indexer: only layers that own one keep it
+        owners = indexer_layers(spec) + (layers - spec.layers) if a.indexer else 0
+        return per_layer * layers + index_key * owners
     return 2 * a.kv_heads * a.head_dim * b * layers
 
 

@@ -54,8 +54,9 @@ class _Config:
 def _dtypes(c: _Config, kv: str = "bf16") -> dict:
     quant = _Config(c("quantization_config", {}, dict), c.file, c.problems,
                     "quantization_config.")("quant_method", "", str)
-    if quant == "fp8":
-        return {"weights": "fp8", "experts": "fp8", "kv_cache": kv}
+    if quant == "fp8":  # vLLM's Fp8Config quantizes linear, MoE and attention layers only:
+        # the embedding and the LM head stay in the checkpoint's BF16
+        return {"weights": "fp8", "experts": "fp8", "kv_cache": kv, "embedding": "bf16"}
     if quant == "mxfp4":
         return {"weights": "bf16", "experts": "fp4", "kv_cache": kv, "scales": "mx"}
     if quant in ("nvfp4", "modelopt_fp4"):

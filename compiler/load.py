@@ -479,16 +479,22 @@ def _check_csa(spec, src: SourceMap) -> list[Diagnostic]:
         return [_diag(src, ("spec", "attention", "kind"), "E104",
                       "csa together with kv_sharing and q_lora_rank", a.kind,
                       "compressed sparse attention (DeepSeek V4) needs both; other kinds neither")]
-    if a.kv_sharing is None:
-        return out
-    sh = a.kv_sharing
-    if len(sh.compress_ratios) < spec.layers:
-        out.append(_diag(src, ("spec", "attention", "kv_sharing", "compress_ratios"), "E104",
-                         f"one ratio per layer ({spec.layers})", str(len(sh.compress_ratios)),
-                         "list the config's compress_ratios"))
-    named = [(("kv_sharing", "source_layers"), sh.source_layers)]
+    named = []
+    if a.kv_sharing is not None:
+        sh = a.kv_sharing
+        if len(sh.compress_ratios) < spec.layers:
+            out.append(_diag(src, ("spec", "attention", "kv_sharing", "compress_ratios"),
+                             "E104", f"one ratio per layer ({spec.layers})",
+                             str(len(sh.compress_ratios)), "list the config's compress_ratios"))
+        named.append((("kv_sharing", "source_layers"), sh.source_layers))
     if a.indexer and a.indexer.source_layers is not None:
-        named.append((("indexer", "source_layers"), a.indexer.source_layers))
+        ids = a.indexer.source_layers
+        named.append((("indexer", "source_layers"), ids))
+        if a.kind != "csa" and (not ids or min(ids) != 0 or len(set(ids)) != len(ids)):
+            out.append(_diag(src, ("spec", "attention", "indexer", "source_layers"), "E104",
+                             "distinct layer ids from 0", str(ids)[:60],
+                             "layer 0 runs its own indexer; the others reuse the last one "
+                             "below them (the config's indexer_types 'full' layers)"))
     for path, ids in named:
         if ids and max(ids) >= spec.layers:
             out.append(_diag(src, ("spec", "attention", *path), "E104",

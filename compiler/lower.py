@@ -148,12 +148,15 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                   key=lambda r: (r[0].role, index[r[2][0]]))
     out, made, counter = [], [], dict(sol.problem.next_id)
     pipelined = any(w.role == "prefill" and w.shape.pp > 1 for w in sol.wanted)
+    prefill_gpus = sum(w.shape.gpus for w in sol.wanted if w.role == "prefill")
     for w, c, gpus, kept_id in rows:
         if kept_id is None:
             k = counter.get(w.role, 0)
             counter[w.role] = k + 1
-        need = w.need
-        util = utilization(need.capacity_gib, need.reserved_gib)
+        # every stage's GPUs under one flag: the strictest stage's (their reserves differ by
+        # the rounding of their parts)
+        util = min(utilization(d.capacity_gib, d.reserved_gib)
+                   for d in _stage_needs(sol, w.role, w.shape, w.need, prefill_gpus))
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=natural)
         iid = kept_id or instance_id(w.role, k)
         fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
@@ -169,17 +172,24 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
     return sorted(out, key=lambda i: parse_instance(i.id)), made
 
 
+def _stage_needs(sol: Solution, role: str, shape: Shape, need: DomainMemory,
+                 prefill_gpus: int) -> tuple[DomainMemory, ...]:
+    """What each memory domain of an instance's GPUs holds, per pipeline stage (one stage
+    without pipelining: the solver's `need`)."""
+    if shape.pp > 1:
+        return stage_domain_memory(sol.problem, role, shape, prefill_gpus)
+    return (need,)
+
+
 def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, DomainMemory]:
-    need = {(w.role, w.shape.name): w.need for w in sol.wanted}
-    shapes = {(w.role, w.shape.name): w.shape for w in sol.wanted}
+    wanted = {(w.role, w.shape.name): w for w in sol.wanted}
     prefill_gpus = sum(len(i.gpus) for i in instances if i.role == "prefill")
     out = {}
     for inst in instances:
-        key = (inst.role, inst.shape)
-        stages = stage_domain_memory(sol.problem, inst.role, shapes[key], prefill_gpus) \
-            if inst.pp > 1 else None
+        w = wanted[inst.role, inst.shape]
+        stages = _stage_needs(sol, w.role, w.shape, w.need, prefill_gpus)
         for rank, gpu in enumerate(inst.gpus):
-            held = stages[rank // shapes[key].stage_gpus] if stages else need[key]
+            held = stages[rank // w.shape.stage_gpus] if len(stages) > 1 else stages[0]
             for dom in graph.domains_of_gpu(g, gpu):
                 out[dom] = held
     return dict(sorted(out.items(), key=lambda kv: natural(kv[0])))

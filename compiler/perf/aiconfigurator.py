@@ -180,12 +180,12 @@ def gemm_points(df, framework: str) -> list[dict]:
     return out
 
 
-def moe_points(df, framework: str) -> list[dict]:
-    """Balanced-routing fused MoE; experts and width as seen by one rank of the TP x EP split."""
+def _moe_rows(df, framework: str) -> Iterator[tuple[str, list[dict]]]:
+    """(dtype, rows) of the balanced-routing fused MoE calls, one per shape (the fastest
+    kernel); experts and width as seen by one rank of the TP x EP split."""
     df = _rackc_dtype(df[df.distribution == "balanced"], "moe_dtype", MOE_DTYPES)
     keys = ["dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
             "moe_ep_size", "num_tokens"]
-    out = []
     for dtype, group in _fastest(df, keys).groupby("dtype", sort=True):
         rows = []
         for r in group.itertuples():
@@ -199,8 +199,31 @@ def moe_points(df, framework: str) -> list[dict]:
                 "tp": int(r.moe_tp_size), "ep": int(r.moe_ep_size),
                 "impl": _impl(framework, f"{r.moe_dtype} {r.kernel_source}"),
                 "us": _us(r.latency)})
-        out += _thin(rows)
-    return out
+        yield dtype, rows
+
+
+def moe_points(df, framework: str) -> list[dict]:
+    """A sample of every MoE shape's calls, for the grouped GEMM curve."""
+    return [p for _, rows in _moe_rows(df, framework) for p in _thin(rows)]
+
+
+def catalog_moe_shapes() -> set[tuple[int, int, int, int]]:
+    """(hidden, expert intermediate, experts, top-k) of the catalog's MoE models."""
+    shapes = set()
+    for name in catalog.model_names():
+        spec = catalog.model(name).spec
+        if spec.moe:
+            shapes.add((spec.hidden_size, spec.moe.expert_intermediate, spec.moe.experts,
+                        spec.moe.top_k))
+    return shapes
+
+
+def moe_table_points(df, framework: str) -> list[dict]:
+    """Every call of the catalog's MoE shapes, at every TP x EP split and token count: the
+    tables the step model interpolates (fit.moe_tables), where the curve is only a fit."""
+    shapes = catalog_moe_shapes()
+    return [p for _, rows in _moe_rows(df, framework) for p in rows
+            if (p["hidden"], p["inter"] * p["tp"], p["experts"], p["top_k"]) in shapes]
 
 
 def _attention(df):
@@ -336,6 +359,7 @@ def raw_document(system_name: str, framework: str = "vllm") -> dict:
     if not gpu_dir.is_dir():
         raise SourceMissing(f"{PACKAGE} {version()} has no folder {gpu_dir.name}")
     measurements, tables, device = [], [], None
+    moe_calls: list[dict] = []
     for op_dir, filename, frameworks, convert in TABLES:
         if op_dir == "comm/nccl":
             candidates = [found] if (found := _nccl_table(gpu_dir)) else []
@@ -348,6 +372,8 @@ def raw_document(system_name: str, framework: str = "vllm") -> dict:
             if not points:  # e.g. a partial re-collection of one dtype rackc does not take:
                 continue    # the next older version (or framework) has the table whole
             measurements += points
+            if op_dir == "moe":
+                moe_calls = physical(moe_table_points(df, table_framework), system)[0]
             tables.append({"table": str(path.relative_to(data_root())),
                            "framework": table_framework, "version": table_version,
                            "points": len(points), "dropped_faster_than_roofline": dropped})
@@ -366,6 +392,7 @@ def raw_document(system_name: str, framework: str = "vllm") -> dict:
                    "licence": LICENCE, "notice": NOTICE, "notes": list(NOTES),
                    "tables": tables},
         "measurements": measurements,
+        "moe_tables": fit.moe_tables(moe_calls),
     }
 
 

@@ -177,10 +177,11 @@ def published_raw(system: System, from_raw: str | None, output: Path,
 def raw_text(raw: dict) -> str:
     """A raw document as measure.py renders it: one measurement a line, so re-conversions
     diff cleanly."""
-    head = json.dumps({key: value for key, value in raw.items() if key != "measurements"},
-                      indent=1, sort_keys=True)
+    head = json.dumps({key: value for key, value in raw.items()
+                       if key not in ("measurements", "moe_tables")}, indent=1, sort_keys=True)
     rows = ",\n".join(f"  {json.dumps(m)}" for m in raw["measurements"])
-    return f'{head[:-2]},\n "measurements": [\n{rows}\n]}}\n'
+    tables = f",\n{fit.table_lines(raw['moe_tables'], ' ')}" if raw.get("moe_tables") else ""
+    return f'{head[:-2]},\n "measurements": [\n{rows}\n]{tables}}}\n'
 
 
 def beside(output: Path, suffix: str) -> Path:

@@ -10,6 +10,7 @@ which the fitter leaves for later) need only an op name and a time. The bounds a
 any GPU kernel's shapes and keep the fit's arithmetic finite.
 """
 
+from itertools import pairwise
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -112,6 +113,30 @@ MODELS: dict[str, type[_Measured]] = {
     for m in (Gemm, GroupedGemm, Moe, AttnDecode, AttnPrefill, Copy)}
 
 
+class MoeTable(BaseModel):
+    """One MoE shape's measured fused-MoE times by token count (fit.moe_tables)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dtype: Dtype
+    hidden: Dim
+    inter: Dim
+    top_k: Dim
+    experts: Dim
+    local_experts: Dim
+    tokens: Annotated[list[Dim], Field(min_length=2, max_length=MAX_DIM)]
+    us: Annotated[list[Us], Field(min_length=2, max_length=MAX_DIM)]
+
+    @model_validator(mode="after")
+    def _a_table(self) -> "MoeTable":
+        if len(self.us) != len(self.tokens):
+            raise ValueError("a time for each token count")
+        if any(a >= b for a, b in pairwise(self.tokens)):
+            raise ValueError("token counts in increasing order")
+        if self.top_k > self.experts or self.local_experts > self.experts:
+            raise ValueError("top_k and local_experts at most experts")
+        return self
+
+
 class Other(BaseModel):
     """A measurement the fitter does not use (collectives): kept as written."""
 
@@ -138,6 +163,7 @@ class RawFile(BaseModel):
     measurements: Annotated[list[dict], Field(min_length=1, max_length=MAX_MEASUREMENTS)]  # each
     # checked on its own (below), so that a bad one is named by its index and its op's fields
     source: dict | None = None
+    moe_tables: Annotated[list[MoeTable], Field(max_length=MAX_MEASUREMENTS)] = []
 
 
 class CalibrationFile(BaseModel):
@@ -149,6 +175,7 @@ class CalibrationFile(BaseModel):
     curves: dict[Literal[(*MODELS, "attn_decode", "indexer")],
                  dict[Literal[(*DTYPES, ANY_DTYPE)], Curve]]  # Curve checks its own terms
     notes: list[Text] = []
+    moe_tables: Annotated[list[MoeTable], Field(max_length=MAX_MEASUREMENTS)] = []
 
 
 def calibration_errors(document: object) -> list[tuple[str, str, str]]:

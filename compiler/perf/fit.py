@@ -398,6 +398,25 @@ NOTES = (
 )
 
 
+MOE_TABLE_KEY = ("dtype", "hidden", "inter", "top_k", "experts", "local_experts")
+
+
+def moe_tables(calls: Sequence[dict]) -> list[dict]:
+    """Measured fused-MoE calls (raw `moe` measurements) as tables: for each MoE shape on one
+    rank (MOE_TABLE_KEY: dtype, hidden, per-rank intermediate, top-k, experts, local experts)
+    the times by token count, the fastest where several calls share one. A shape with fewer
+    than two token counts gives no table. The step model interpolates them where a model's
+    MoE is one of these shapes (ops.OpModel.fused_moe): the curve, fitted to every shape at
+    once, misses single shapes by 14-33% (median) there."""
+    best: dict[tuple, dict[int, float]] = {}
+    for m in calls:
+        by_tokens = best.setdefault(tuple(m[k] for k in MOE_TABLE_KEY), {})
+        by_tokens[m["tokens"]] = min(float(m["us"]), by_tokens.get(m["tokens"], math.inf))
+    return [{**dict(zip(MOE_TABLE_KEY, key, strict=True)), "tokens": sorted(times),
+             "us": [times[t] for t in sorted(times)]}
+            for key, times in sorted(best.items()) if len(times) >= 2]
+
+
 def calibration(raw: dict, system: System) -> dict:
     """The calibration document (compiler/catalog/calibration/<system>.json) for a raw file.
     A raw file converted from published tables (compiler/perf/aiconfigurator.py) carries its
@@ -415,6 +434,8 @@ def calibration(raw: dict, system: System) -> dict:
         "fit": {op: {dt: r.summary() for dt, r in by_dtype.items()}
                 for op, by_dtype in results.items()},
     }
+    if raw.get("moe_tables"):
+        document["moe_tables"] = raw["moe_tables"]
     if provenance:
         document.update(source=provenance["description"], licence=provenance["licence"],
                         notice=provenance["notice"], tables=provenance["tables"],
@@ -423,5 +444,17 @@ def calibration(raw: dict, system: System) -> dict:
 
 
 def dumps(document: dict) -> str:
-    """Canonical JSON: sorted keys, two-space indent, final newline."""
-    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+    """Canonical JSON: sorted keys, two-space indent, final newline; the measured MoE tables
+    last, one a line."""
+    rest = {key: value for key, value in document.items() if key != "moe_tables"}
+    text = json.dumps(rest, indent=2, sort_keys=True)
+    if not document.get("moe_tables"):
+        return text + "\n"
+    return f"{text[:-2]},\n{table_lines(document['moe_tables'], '  ')}\n}}\n"
+
+
+def table_lines(tables: list[dict], indent: str) -> str:
+    """`"moe_tables": [...]` with one table a line (thousands of numbers stay readable)."""
+    rows = ",\n".join(f"{indent}  {json.dumps(t, sort_keys=True)}" for t in tables)
+    return f'{indent}"moe_tables": [\n{rows}\n{indent}]'
+

@@ -26,6 +26,7 @@ with two memory domains (Rubin): die-local data streams at full bandwidth, inter
 other-domain data at the system's `hbm_interleaved_factor` / `hbm_remote_factor`.
 """
 
+import bisect
 import math
 from dataclasses import dataclass, field, fields
 
@@ -135,18 +136,22 @@ def gemm_work(dtype: str, m: float, n: int, k: int) -> Work:
 
 def grouped_gemm_work(dtype: str, experts: int, tokens_per_expert: float, k: int, n: int,
                       skew: float = 1.0, tile_rows: int = 0) -> Work:
-    """E expert GEMMs [T,K] x [K,N]; with fewer than one token per expert only E*T experts
-    are read. `skew` >= 1 scales every expert's tokens to the busiest rank's (critical path).
-    `tile_rows` > 0: tokens arrive by random routing (Poisson per expert) and each expert's
-    rows are computed in M tiles of that many rows (routing.padded_rows); 0: exactly T rows
-    per expert, as measured."""
+    """E expert GEMMs [T,K] x [K,N]; only experts that receive a token are read. `skew` >= 1
+    scales every expert's tokens to the busiest rank's (critical path). `tile_rows` 0: exactly
+    T rows per expert, routed evenly (as the kernel tables measure it: fewer than one token
+    per expert touches E*T experts). `tile_rows` >= 1: tokens arrive by random routing
+    (Poisson per expert), so E (1 - e^-T) experts receive any, and each expert's rows are
+    computed in M tiles of that many rows (routing.padded_rows; 1: no padding beyond what
+    the fitted curve already holds)."""
     t = tokens_per_expert * skew
-    active = experts * _minimum(1.0, t)
     rows = experts * t * (k * _act_bytes(dtype) + n * 2)
-    if tile_rows:  # whole tiles, each at the curve's full-tile efficiency
-        flops, size = 2.0 * experts * routing.padded_rows(t, tile_rows) * n * k, FULL_TILE
+    if tile_rows:
+        active = experts * -math.expm1(-t)
+        padded = routing.padded_rows(t, tile_rows)
+        size = FULL_TILE if tile_rows > 1 else _maximum(t, 1.0)
     else:
-        flops, size = 2.0 * experts * t * n * k, _maximum(t, 1.0)
+        active, padded, size = experts * _minimum(1.0, t), t, _maximum(t, 1.0)
+    flops = 2.0 * experts * padded * n * k
     return Work(flops, active * n * k * BYTES[dtype] + rows, size=size, depth=k,
                 streams=active * math.ceil(n / TILE), free_bytes=rows)
 
@@ -205,6 +210,9 @@ class OpModel:
     source: str = "defaults (REFERENCE-DATA.md D)"
     bw_scale: float = 1.0  # <1 when an op only reaches part of the GPU's HBM (remote domain)
     floors: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> dtype -> us
+    # measured fused MoE per shape (fit.MOE_TABLE_KEY) -> (token counts, us), ascending
+    moe_tables: dict[tuple, tuple[tuple[int, ...], tuple[float, ...]]] = field(
+        default_factory=dict)
     # time_us by its exact arguments: the solver's search asks for the same kernels (rounded
     # token counts) many thousand times; the model is frozen, so a hit is the same number
     _times: dict[tuple, float] = field(default_factory=dict, init=False, repr=False,
@@ -280,6 +288,23 @@ class OpModel:
         work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew, tile_rows)
         return self.time_us("grouped_gemm", "bf16" if weight_only else dtype, work, placement)
 
+    def fused_moe(self, dtype: str, tokens: float, hidden: int, inter: int, top_k: int,
+                  experts: int, local_experts: int) -> float | None:
+        """A measured fused MoE on one rank (`tokens` before routing, `inter` the rank's
+        width), interpolated in the calibration's table for that exact shape: linear between
+        measured token counts, the first count's time below them, the last two counts' slope
+        beyond them. None when the calibration has no table of the shape."""
+        table = self.moe_tables.get((dtype, hidden, inter, top_k, experts, local_experts))
+        if table is None or tokens <= 0:
+            return None
+        counts, times = table
+        i = bisect.bisect_left(counts, tokens)
+        if i == 0:
+            return times[0]
+        i = min(i, len(counts) - 1)
+        (t0, t1), (u0, u1) = counts[i - 1:i + 1], times[i - 1:i + 1]
+        return u0 + (u1 - u0) * (tokens - t0) / (t1 - t0)
+
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
                     kv_len: int, q_len: int = 1, v_head_dim: int | None = None,
                     topk: int | None = None, placement: str = "interleaved") -> float:
@@ -335,5 +360,8 @@ def op_model(system: System, calibration: dict | None,
         return OpModel(system, floors=floors or {})
     curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
+    tables = {(t["dtype"], t["hidden"], t["inter"], t["top_k"], t["experts"],
+               t["local_experts"]): (tuple(t["tokens"]), tuple(t["us"]))
+              for t in calibration.get("moe_tables", ())}
     return OpModel(system, curves, calibration.get("source", "calibration"),
-                   floors=floors or {})
+                   floors=floors or {}, moe_tables=tables)

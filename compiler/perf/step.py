@@ -21,6 +21,7 @@ from compiler import arch, memory
 from compiler.catalog import engines
 from compiler.catalog.system import System
 from compiler.perf import comm, routing
+from compiler.perf.ops import BYTES as OP_BYTES
 from compiler.perf.ops import OpModel
 from compiler.shapes import Shape, stage_layer_mix
 from schemas.model import ModelSpec, Moe
@@ -29,9 +30,15 @@ DECODE_OVERHEAD_US = 25.0  # assumed: scheduler + graph launch per decode step (
 PREFILL_OVERHEAD_US = 200.0  # assumed: scheduler, input prep, no CUDA graph for big chunks
 # DeepGEMM (deepseek-ai/DeepGEMM@54e2261, csrc/jit_kernels/heuristics): prefill's contiguous
 # layout aligns each expert's rows to 128 (runtime.hpp kLegacyMKAlignmentForContiguousLayout);
-# decode's masked layout takes block M 64 or 128 (sm90.hpp), the smaller when rows are few
+# decode's masked layout (DEP, DeepEP low-latency) takes block M 64 or 128 (sm90.hpp), the
+# smaller when rows are few
 PREFILL_EXPERT_TILE_ROWS = 128
 DECODE_EXPERT_TILE_ROWS = 64
+# Without DP every rank runs a fused MoE over all tokens (vLLM's Triton fused_moe, block M 16
+# up to 512 tokens: fused_moe/configs/E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,
+# block_shape=[128,128].json), whose small-M tile cost the fitted curve already holds: rows
+# as routed at random, no padding modelled on top
+FUSED_DECODE_TILE_ROWS = 1
 # DeepEP's normal (prefill) kernels take 20 SMs by default (deepseek-ai/DeepEP@dd758ca,
 # deep_ep/buffers/legacy.py `Buffer.num_sms = 20`); compute overlapped with them runs on the rest
 COMM_SMS = 20
@@ -275,17 +282,53 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
             st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
     # the step waits for the busiest expert-parallel rank (routing.py)
     skew = routing.rank_imbalance(per_expert * slots, shape.ep)
-    tile = DECODE_EXPERT_TILE_ROWS if decode else PREFILL_EXPERT_TILE_ROWS
+    if not decode:
+        tile = PREFILL_EXPERT_TILE_ROWS
+    else:
+        tile = DECODE_EXPERT_TILE_ROWS if shape.dp > 1 else FUSED_DECODE_TILE_ROWS
     inter = _expert_width(moe, shape)
-    for k, n in ((h, 2 * inter), (inter, h)):
-        st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,
-                                               placement=place, weight_only=ctx.moe_weight_only,
-                                               tile_rows=tile))
+    measured = _measured_moe(ctx, tokens * skew, per_expert * skew, inter, local) \
+        if shape.dp == 1 and slots == moe.experts and not ctx.moe_weight_only else None
+    if measured is not None:
+        st.add("moe_experts", measured)
+    else:
+        for k, n in ((h, 2 * inter), (inter, h)):
+            st.add("moe_experts", ops.grouped_gemm(e_dtype, local, per_expert, k, n, skew=skew,
+                                                   placement=place, tile_rows=tile,
+                                                   weight_only=ctx.moe_weight_only))
     if moe.shared_experts and shared_fraction > 0:
         width = _shared_width(moe, shape)
         w = m.dtypes.weights
         shared = ops.gemm(w, tokens, 2 * width, h) + ops.gemm(w, tokens, h, width)
         st.add("shared_expert", shared * shared_fraction)
+
+
+def _measured_moe(ctx: PerfContext, tokens: float, per_expert: float, inter: int,
+                  local: int) -> float | None:
+    """The calibration's measured fused MoE for this rank's shape (ops.OpModel.fused_moe), or
+    None. Only without DP: there every rank runs the MoE over all of the instance's tokens,
+    as the tables time `num_tokens`; under DEP the tables' token count does not say how many
+    tokens each EP rank receives, and the curve is used.
+
+    The tables route evenly (E min(1, t) of E experts receive tokens at t copies per expert);
+    served tokens route at random, which leaves E e^-t of them idle: their weight reads, at
+    the curve's memory efficiency, are taken off the measured time (never more than in
+    proportion to the experts read)."""
+    m = ctx.model
+    moe = m.moe
+    measured = ctx.ops.fused_moe(m.dtypes.experts, tokens, m.hidden_size, inter, moe.top_k,
+                                 moe.experts, local)
+    if measured is None:
+        return None
+    even = local * min(1.0, per_expert)
+    random = local * -math.expm1(-per_expert)
+    if even <= random:
+        return measured
+    expert_bytes = 3 * m.hidden_size * inter * OP_BYTES[m.dtypes.experts]
+    rate = ctx.ops.hbm_bytes_per_us(_expert_placement(ctx)) \
+        * ctx.ops.curve("grouped_gemm", m.dtypes.experts).e_mem
+    saved = (even - random) * expert_bytes / rate
+    return max(measured - saved, measured * random / even)
 
 
 def _moe_layer(ctx: PerfContext, shape: Shape, tokens: int, shared_fraction: float,
@@ -356,7 +399,10 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
     else:
         one_full, one_sliding = StepTime(), StepTime()
         attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
+        index_us = one_full.breakdown.pop("indexer", 0.0)
         st.merge(one_full.scaled(n - sliding))
+        if index_us:
+            st.add("indexer", index_us * _indexer_layers(m, n - sliding, count, layers, mix))
         if sliding:
             attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
             st.merge(one_sliding.scaled(sliding))
@@ -376,6 +422,20 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
     st.add("glue", glue)
     if m.mhc_routes:  # the residual stream is routes x hidden wide: read and written per layer
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
+
+
+def _indexer_layers(m: ModelSpec, n: int, count: int | None, layers: range | None,
+                    mix: tuple[int, int, int] | None) -> float:
+    """How many of `_layers`' `n` layers run their own sparse indexer: all, unless the model
+    names its index layers (IndexShare: the others reuse the previous one's top-k and own no
+    indexer); draft layers always do. A pipeline stage (`mix`, counts without ids) takes its
+    share of them."""
+    src = m.attention.indexer.source_layers if m.attention.indexer else None
+    if src is None or count is not None:
+        return n
+    if layers is not None:
+        return sum(1 for i in layers if i in src)
+    return n * len(src) / m.layers if mix is not None else len(src)
 
 
 def _kernel(ctx: PerfContext, name: str, nbytes: float) -> float:

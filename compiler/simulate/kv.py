@@ -88,11 +88,11 @@ class Pool:
         if i is None:
             return 0, None
         seg = self.segments[i]
-        got = seg.cache.hit(key, want)
-        if got == 0:  # evicted meanwhile
+        if key not in seg.cache.entries:  # evicted meanwhile
             del self.where[key]
             return 0, None
-        return got, seg.tray
+        got = seg.cache.hit(key, want)
+        return (got, seg.tray) if got else (0, None)
 
     def system_of(self, tray: str) -> str:
         return self.systems.get(tray, "")

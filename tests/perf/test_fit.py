@@ -187,3 +187,17 @@ def test_calibrate_without_pytorch_says_so_and_exits_2(tmp_path: Path,
     monkeypatch.setattr(calibrate.importlib.util, "find_spec", lambda name: None)
     err = one_error(calibrate.run("hgx-h200", str(tmp_path / "o.json")))
     assert "E604" in err and "--from-raw" in err
+
+
+def test_moe_tables_keep_each_shapes_fastest_call_by_token_count():
+    from compiler.perf.calibration_files import validation_errors
+
+    call = {"op": "moe", "dtype": "fp8", "hidden": 7168, "inter": 256, "top_k": 8,
+            "experts": 256, "local_experts": 256, "tp": 8, "ep": 1}
+    calls = [{**call, "tokens": 16, "us": 90.0}, {**call, "tokens": 16, "us": 80.0},
+             {**call, "tokens": 4, "us": 50.0}, {**call, "inter": 512, "tokens": 4, "us": 9.0}]
+    (table,) = fit.moe_tables(calls)  # the inter-512 shape has one count: no table
+    assert (table["tokens"], table["us"], table["inter"]) == ([4, 16], [50.0, 80.0], 256)
+    raw = {"schema": fit.RAW_SCHEMA, "device": {"gpu": "x"}, "measurements": calls[:1],
+           "moe_tables": [{**table, "tokens": [16, 4]}]}
+    assert any("increasing" in expected for _, expected, _ in validation_errors(raw))

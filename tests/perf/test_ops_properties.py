@@ -189,3 +189,26 @@ def test_every_catalog_system_has_a_calibration_that_loads(system: str):
     model = ops.op_model(catalog.system(system), calibration)
     assert model.gemm("bf16", 1, 4096, 4096) > 0
     assert calibration["source"].startswith(("assumed", "measured"))
+
+
+def test_random_routing_reads_the_experts_that_receive_a_token():
+    """Oracle: route T x k copies to E experts at random and count the experts hit; the
+    weight bytes of random routing are that share of all experts (about E (1 - e^-t)), fewer
+    than evenly spread routing's min(1, t) share, and equal once every expert is hit."""
+    import random
+
+    experts, k, n = 256, 7168, 512
+    whole = experts * n * k  # fp8: one byte per weight
+    rng = random.Random(0)
+    for tokens in (4, 16, 32):
+        copies = tokens * 8
+        hit = sum(len({rng.randrange(experts) for _ in range(copies)})
+                  for _ in range(400)) / 400
+        t = copies / experts
+        random_bytes = ops.grouped_gemm_work("fp8", experts, t, k, n, tile_rows=1).nbytes
+        even_bytes = ops.grouped_gemm_work("fp8", experts, t, k, n).nbytes
+        rows = experts * t * (k + 2 * n)
+        assert (random_bytes - rows) / whole == pytest.approx(hit / experts, rel=0.02)
+        assert even_bytes - rows == pytest.approx(whole * min(1.0, t))
+    busy = ops.grouped_gemm_work("fp8", experts, 64.0, k, n, tile_rows=1).nbytes
+    assert busy == pytest.approx(ops.grouped_gemm_work("fp8", experts, 64.0, k, n).nbytes)

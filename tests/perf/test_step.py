@@ -108,3 +108,51 @@ def test_equal_contexts_share_one_memo():
     decode_step(a, parse_shape("DEP32"), 64, 4096)
     assert b._memo
     assert context(inputs, 16) is not a
+
+
+def test_tensor_parallel_moe_is_the_engines_measured_kernel(h200):
+    """Without DP every rank runs the engine's fused MoE over all tokens: the step charges the
+    calibration's measured time of that exact shape (AIConfigurator's table), linear between
+    measured token counts, not the curve fitted to all shapes (2-3x too slow at TP8, M <= 32).
+    The tables route evenly; at one copy per expert random routing leaves 1/e of the experts
+    idle, and their weight reads come off (never more than in proportion)."""
+    import math
+
+    from compiler.perf.step import StepTime, moe_layer
+
+    m = h200.model
+    key = (m.dtypes.experts, m.hidden_size, m.moe.expert_intermediate // 8, m.moe.top_k,
+           m.moe.experts, m.moe.experts)
+    counts, times = h200.ops.moe_tables[key]
+
+    def experts_us(tokens: float, shape: str = "TP8") -> float:
+        st_ = StepTime()
+        moe_layer(h200, st_, parse_shape(shape), tokens, 0.0, decode=True)
+        return st_.breakdown["moe_experts"]
+
+    busy = [i for i, c in enumerate(counts) if c * m.moe.top_k >= 8 * m.moe.experts]
+    a, b = busy[0], busy[1]  # every expert busy: random routing reads them all, as measured
+    assert experts_us(counts[a]) == pytest.approx(times[a], rel=1e-3)
+    assert experts_us((counts[a] + counts[b]) / 2) == pytest.approx((times[a] + times[b]) / 2,
+                                                                    rel=1e-3)
+    one = m.moe.experts // m.moe.top_k  # one copy per expert on average
+    measured = h200.ops.fused_moe(m.dtypes.experts, one, *key[1:])
+    assert measured * -math.expm1(-1) <= experts_us(one) < measured
+    # under DEP the curve: the tables do not say what each EP rank receives
+    assert experts_us(counts[a], "DEP8") != pytest.approx(times[a], rel=1e-3)
+
+
+def test_shared_index_layers_run_no_indexer():
+    """IndexShare (GLM-5.2): only the layers that own an indexer score the context; the
+    others reuse its top-k and still attend only that many tokens."""
+    from compiler.perf.step import _indexer_layers
+
+    m = catalog.model("glm-5.2").spec
+    owners = len(m.attention.indexer.source_layers)
+    assert 0 < owners < m.layers
+    assert _indexer_layers(m, m.layers, None, None, None) == owners
+    assert _indexer_layers(m, 10, None, range(10), None) == 4  # layers 0, 1, 2 and 6
+    assert _indexer_layers(m, 1, 1, None, None) == 1  # the MTP layer owns one
+    every = m.model_copy(update={"attention": m.attention.model_copy(update={
+        "indexer": m.attention.indexer.model_copy(update={"source_layers": None})})})
+    assert _indexer_layers(every, m.layers, None, None, None) == m.layers

@@ -17,6 +17,11 @@ KV_TABLE = {
     ("glm-4.5", "bf16"): 376_832, ("glm-4.5", "fp8"): 188_416,
     ("llama-3.1-70b", "bf16"): 327_680, ("llama-3.1-70b", "fp8"): 163_840,
     ("gpt-oss-120b", "bf16"): 36_864, ("gpt-oss-120b", "fp8"): 18_432,
+    # not in B2: 62 layers x K and V x 8 heads x 128 x 2 bytes (config.json)
+    ("minimax-m2.5", "bf16"): 253_952, ("minimax-m2.5", "fp8"): 126_976,
+    # not in B2: 78 layers' latent (FP8 + 4 FP32 scales + BF16 rope: 656 B, BF16: 1,152 B)
+    # plus the index key (132 / 256 B) on the 21 layers that own an indexer
+    ("glm-5.2", "fp8"): 78 * 656 + 21 * 132, ("glm-5.2", "bf16"): 78 * 1152 + 21 * 256,
 }
 
 # REFERENCE-DATA.md B: total / active parameters (billions)
@@ -24,6 +29,8 @@ PARAMS = {
     "deepseek-v3": (671, 37), "deepseek-v3.2": (671, 37), "kimi-k2": (1000, 32),
     "qwen3-235b-a22b": (235, 22), "qwen3-30b-a3b": (30, 3), "glm-4.5": (355, 32),
     "llama-3.1-70b": (70, 70), "gpt-oss-120b": (117, 5.1),
+    "minimax-m2.5": (230, 10),  # vLLM recipe models/MiniMaxAI/MiniMax-M2.5.yaml: 230B / 10B
+    "glm-5.2": (743, 39),  # vLLM recipe models/zai-org/GLM-5.2.yaml: 743B / 39B
 }
 
 

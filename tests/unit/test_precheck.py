@@ -24,10 +24,11 @@ def test_parse_shape():
 def test_dep_weights_split_experts_and_replicate_the_rest():
     spec = catalog.model("deepseek-v3").spec
     p = arch.params(spec)
-    # FP8: one byte per parameter
-    want = (p.routed_experts / 8 / arch.GIB, p.non_expert / arch.GIB)
+    # FP8: one byte per parameter; the embedding and LM head two (BF16)
+    rest = p.non_expert + p.embedding + p.lm_head
+    want = (p.routed_experts / 8 / arch.GIB, rest / arch.GIB)
     assert weight_parts_gib(spec, parse_shape("DEP8")) == pytest.approx(want)
-    tp = (p.routed_experts / 8 / arch.GIB, p.non_expert / 8 / arch.GIB)
+    tp = (p.routed_experts / 8 / arch.GIB, rest / 8 / arch.GIB)
     assert weight_parts_gib(spec, parse_shape("TP8")) == pytest.approx(tp)
 
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-00 (DEP32, decode), node 1 of 8 (leader): ranks 0-3 on tray r0-t00, node gb300-a-t00
+# rackc: decode-00 (DEP16, decode), node 1 of 4 (leader): ranks 0-3 on tray r0-t00, node gb300-a-t00
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -17,11 +17,11 @@ export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 32 \
+  --data-parallel-size 16 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 39 \
-  --max-num-batched-tokens 234 \
+  --max-num-seqs 37 \
+  --max-num-batched-tokens 222 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \

@@ -15,7 +15,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --max-num-batched-tokens 4 \
   --max-model-len 135168 \
   --block-size 64 \
-  --gpu-memory-utilization 0.96 \
+  --gpu-memory-utilization 0.95 \
   --kv-cache-dtype fp8 \
   --moe-backend deep_gemm \
   --linear-backend deep_gemm \

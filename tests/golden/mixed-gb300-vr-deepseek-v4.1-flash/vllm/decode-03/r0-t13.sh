@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-03 (DEP16, decode), node 1 of 4 (leader): ranks 0-3 on tray r0-t13, node gb300-a-t13
+# rackc: decode-03 (DEP32, decode), node 4 of 8 (headless): ranks 12-15 on tray r0-t13, node gb300-a-t13
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -13,15 +13,15 @@ export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_ENGINE_READY_TIMEOUT_S=3600
 export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t13
-export VLLM_NIXL_SIDE_CHANNEL_PORT=5600
+export VLLM_NIXL_SIDE_CHANNEL_PORT=5588
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 16 \
+  --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 37 \
-  --max-num-batched-tokens 222 \
+  --max-num-seqs 39 \
+  --max-num-batched-tokens 234 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \
@@ -33,10 +33,11 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --language-model-only \
   --engram-config '{"cpu_offload":false,"embedding_across_dp":true}' \
   --kv-transfer-config '{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"NixlConnector","kv_role":"kv_both"},{"kv_connector":"MooncakeStoreConnector","kv_connector_extra_config":{"load_async":true,"lookup_async":true},"kv_role":"kv_both"}]},"kv_role":"kv_both"}' \
-  --port 8000 \
   --enable-auto-tool-choice \
   --tool-call-parser deepseek_v41 \
   --reasoning-parser deepseek_v41 \
+  --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-address gb300-a-t13 \
+  --data-parallel-start-rank 12 \
+  --data-parallel-address gb300-a-t10 \
   --data-parallel-rpc-port 13445

@@ -1,5 +1,5 @@
 #!/bin/sh
-# rackc: decode-03 (DEP16, decode), node 3 of 4 (headless): ranks 8-11 on tray r0-t15, node gb300-a-t15
+# rackc: decode-03 (DEP32, decode), node 6 of 8 (headless): ranks 20-23 on tray r0-t15, node gb300-a-t15
 # the model cache /var/cache/rackc/huggingface is mounted at /models
 ulimit -l unlimited || echo "rackc: memlock limit stays $(ulimit -l)" >&2
 export CUDA_VISIBLE_DEVICES=0,1,2,3
@@ -13,15 +13,15 @@ export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL=1
 export VLLM_ENGINE_READY_TIMEOUT_S=3600
 export VLLM_NIXL_SIDE_CHANNEL_HOST=gb300-a-t15
-export VLLM_NIXL_SIDE_CHANNEL_PORT=5592
+export VLLM_NIXL_SIDE_CHANNEL_PORT=5580
 export WITH_NVIDIA_PEERMEM=0
 exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --tensor-parallel-size 1 \
-  --data-parallel-size 16 \
+  --data-parallel-size 32 \
   --enable-expert-parallel \
   --all2all-backend deepep_low_latency \
-  --max-num-seqs 37 \
-  --max-num-batched-tokens 222 \
+  --max-num-seqs 39 \
+  --max-num-batched-tokens 234 \
   --max-model-len 131072 \
   --block-size 128 \
   --gpu-memory-utilization 0.98 \
@@ -38,6 +38,6 @@ exec vllm serve deepseek-ai/DeepSeek-V4.1-Flash \
   --reasoning-parser deepseek_v41 \
   --headless \
   --data-parallel-size-local 4 \
-  --data-parallel-start-rank 8 \
-  --data-parallel-address gb300-a-t13 \
+  --data-parallel-start-rank 20 \
+  --data-parallel-address gb300-a-t10 \
   --data-parallel-rpc-port 13445
