@@ -291,19 +291,27 @@ class OpModel:
     def fused_moe(self, dtype: str, tokens: float, hidden: int, inter: int, top_k: int,
                   experts: int, local_experts: int) -> float | None:
         """A measured fused MoE on one rank (`tokens` before routing, `inter` the rank's
-        width), interpolated in the calibration's table for that exact shape: linear between
-        measured token counts, the first count's time below them, the last two counts' slope
-        beyond them. None when the calibration has no table of the shape."""
-        table = self.moe_tables.get((dtype, hidden, inter, top_k, experts, local_experts))
-        if table is None or tokens <= 0:
+        width) from the calibration's tables: linear between measured token counts, the first
+        count's time below them, the last two counts' slope beyond them. A width the tables
+        lack (e.g. TP8 where only TP1-4 were measured) is taken linearly from the two nearest
+        measured widths of the same experts at that token count (the call's bytes and flops
+        are affine in its width); below the narrowest, never under its time in proportion to
+        width. None when no table has these experts."""
+        if tokens <= 0:
             return None
-        counts, times = table
-        i = bisect.bisect_left(counts, tokens)
-        if i == 0:
-            return times[0]
-        i = min(i, len(counts) - 1)
-        (t0, t1), (u0, u1) = counts[i - 1:i + 1], times[i - 1:i + 1]
-        return u0 + (u1 - u0) * (tokens - t0) / (t1 - t0)
+        key = (dtype, hidden, inter, top_k, experts, local_experts)
+        if key in self.moe_tables:
+            return _interpolated(*self.moe_tables[key], tokens)
+        widths = sorted(k[2] for k in self.moe_tables
+                        if k[:2] == key[:2] and k[3:] == key[3:])
+        if len(widths) < 2:
+            return None
+        i = min(max(bisect.bisect_left(widths, inter), 1), len(widths) - 1)
+        (w0, w1) = widths[i - 1:i + 1]
+        u0, u1 = (_interpolated(*self.moe_tables[(dtype, hidden, w, *key[3:])], tokens)
+                  for w in (w0, w1))
+        affine = u0 + (u1 - u0) * (inter - w0) / (w1 - w0)
+        return max(affine, u0 * inter / w0) if inter < w0 else affine
 
     def attn_decode(self, dtype: str, batch: int, q_heads: int, kv_heads: int, head_dim: int,
                     kv_len: int, q_len: int = 1, v_head_dim: int | None = None,
@@ -342,6 +350,17 @@ class OpModel:
     def copy(self, nbytes: float, placement: str = "interleaved") -> float:
         """Device-to-device copy; `nbytes` counts bytes read plus bytes written."""
         return self.time_us("copy", ANY_DTYPE, copy_work(nbytes), placement)
+
+
+def _interpolated(counts: tuple[int, ...], times: tuple[float, ...], tokens: float) -> float:
+    """A table's time at `tokens`: linear between measured counts, the first count's time
+    below them, the last two counts' slope beyond them."""
+    i = bisect.bisect_left(counts, tokens)
+    if i == 0:
+        return times[0]
+    i = min(i, len(counts) - 1)
+    (t0, t1), (u0, u1) = counts[i - 1:i + 1], times[i - 1:i + 1]
+    return u0 + (u1 - u0) * (tokens - t0) / (t1 - t0)
 
 
 def curve_from_dict(data: dict) -> Curve:

@@ -212,3 +212,22 @@ def test_random_routing_reads_the_experts_that_receive_a_token():
         assert even_bytes - rows == pytest.approx(whole * min(1.0, t))
     busy = ops.grouped_gemm_work("fp8", experts, 64.0, k, n, tile_rows=1).nbytes
     assert busy == pytest.approx(ops.grouped_gemm_work("fp8", experts, 64.0, k, n).nbytes)
+
+
+def test_fused_moe_tables_interpolate_tokens_and_widths():
+    """Between measured token counts linearly; a width the tables lack from the two nearest
+    measured widths (affine in width), never below the nearest in proportion."""
+    key = ("fp8", 3072, 384, 8, 256, 256)
+    tables = {key: ((1, 32), (100.0, 300.0)),
+              (*key[:2], 768, *key[3:]): ((1, 32), (150.0, 500.0))}
+    model = ops.OpModel(catalog.system("hgx-h200"), moe_tables=tables)
+    assert model.fused_moe("fp8", 16.5, *key[1:]) == pytest.approx(200.0)
+    assert model.fused_moe("fp8", 64, *key[1:]) == pytest.approx(300 + 200 * 32 / 31)
+    assert model.fused_moe("fp8", 1, 3072, 576, 8, 256, 256) == pytest.approx(125.0)
+    assert model.fused_moe("fp8", 1, 3072, 192, 8, 256, 256) == pytest.approx(75.0)
+    # at 32 tokens 300 - (500 - 300) / 2 = 200 is above 300 x 192 / 384 = 150
+    assert model.fused_moe("fp8", 32, 3072, 192, 8, 256, 256) == pytest.approx(200.0)
+    steep = {key: ((1, 32), (100.0, 100.0)), (*key[:2], 768, *key[3:]): ((1, 32), (400.0, 400.0))}
+    floored = ops.OpModel(catalog.system("hgx-h200"), moe_tables=steep)
+    assert floored.fused_moe("fp8", 1, 3072, 192, 8, 256, 256) == pytest.approx(50.0)
+    assert model.fused_moe("fp8", 1, 3072, 384, 8, 128, 128) is None  # other experts
