@@ -165,7 +165,9 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     from compiler.layout_table import layout_table
     from compiler.lower import lower
     from compiler.simulate.runner import compile_run
-    from compiler.solve import solve
+    from compiler.solve import solve, solve_problem
+    from compiler.solve.build import build_problem, with_kept
+    from compiler.solve.counts import best_goodput
 
     if base is not None or unavailable:
         inputs = incremental.with_failures(
@@ -181,8 +183,10 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     fresh = None
     if base is not None:
         incremental.check_kept(base, inputs, pre, g)
-        sol = solve(inputs, g, pre, incremental.kept(base, g), incremental.next_ids(base))
-        fresh = incremental.fresh_goodput(inputs, g, pre)
+        nothing_kept = build_problem(inputs, g, pre)  # its candidates serve both solves
+        sol = solve_problem(with_kept(nothing_kept, incremental.kept(base, g),
+                                      incremental.next_ids(base)))
+        fresh = best_goodput(nothing_kept)  # what moving every instance could reach
     else:
         sol = solve(inputs, g, pre, (), next_id)
     clock.setdefault("solved", time.perf_counter())

@@ -17,8 +17,6 @@ from compiler.load import Inputs, layout
 from compiler.plan import Instance, Plan
 from compiler.precheck import shape_fit_problem
 from compiler.shapes import parse_shape
-from compiler.solve.build import build_problem
-from compiler.solve.counts import best_goodput
 from compiler.solve.problem import Kept
 from schemas.diagnostics import CompileError, Diagnostic
 from schemas.rack import Unavailable
@@ -125,12 +123,6 @@ def kept(base: Plan, g) -> list[Kept]:
 def next_ids(base: Plan) -> dict[str, int]:
     """Per role, the first id number the old plan never used."""
     return next_numbers(i.id for i in base.instances)
-
-
-def fresh_goodput(inputs: Inputs, g, pre) -> float | None:
-    """The goodput of the count model with nothing kept: what moving every instance could
-    reach, for comparison (None when even that is infeasible)."""
-    return best_goodput(build_problem(inputs, g, pre))
 
 
 def match(a: Plan, b: Plan) -> tuple[list[tuple[Instance, Instance]], list[Instance],

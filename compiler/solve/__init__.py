@@ -35,7 +35,11 @@ def solve(inputs: Inputs, g: nx.Graph, pre: Precheck, kept: Sequence[Kept] = (),
           next_id: dict[str, int] | None = None) -> Solution:
     """`kept`: instances of the running plan that stay (incremental recompile); new instances
     take ids from `next_id` (role -> first unused number) on."""
-    p = build_problem(inputs, g, pre, kept=kept, next_id=next_id)
+    return solve_problem(build_problem(inputs, g, pre, kept=kept, next_id=next_id))
+
+
+def solve_problem(p: Problem) -> Solution:
+    """The counts, then the placement, of a built problem (compiler.solve.build)."""
     counts = solve_counts(p)
     if isinstance(counts, list):
         raise infeasible(p, counts, "instance counts")

@@ -1,6 +1,7 @@
 """Build the solver's Problem from the validated inputs: candidates, requirements, pins."""
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from compiler import graph
 from compiler.ids import gpu_id
@@ -81,12 +82,26 @@ def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
         candidates = cand.candidates(inputs, pre, w, hit, mode, guess)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
-    have = {(c.role, c.shape.name) for c in candidates}
-    for key in sorted({(k.role, k.shape.name) for k in kept} - have):
-        shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
-        candidates.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
-    return Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs,
-                   kept=list(kept), next_id=dict(next_id or {}))
+    fresh = Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs)
+    return with_kept(fresh, kept, next_id) if kept or next_id else fresh
+
+
+def with_kept(p: Problem, kept: Sequence[Kept], next_id: dict[str, int] | None) -> Problem:
+    """`p` with instances that stay (incremental recompile): their shapes join the
+    candidates (pinned at the counts' default guess), new ids start at `next_id`. `p` itself,
+    the problem with nothing kept, is what a fresh layout could reach."""
+    inputs = p.inputs
+    have = {(c.role, c.shape.name) for c in p.candidates}
+    extra = []
+    if kept and not have >= {(k.role, k.shape.name) for k in kept}:
+        w = workload(inputs)
+        hit = prefix_hit_rate(w, pool_tokens(inputs, []))
+        guess = max(1, len(graph.available_gpus(p.graph)) // 2)
+        for key in sorted({(k.role, k.shape.name) for k in kept} - have):
+            shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
+            extra.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
+    return replace(p, candidates=[*p.candidates, *extra], kept=list(kept),
+                   next_id=dict(next_id or {}))
 
 
 def _fastest_decode(inputs: Inputs, cands: list[Candidate]) -> list[Candidate]:
