@@ -266,11 +266,14 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
     layers = spec.layers - a.sliding_layers + (spec.draft.layers if draft and spec.draft else 0)
     if a.kind == "mla":
         lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
+        # the indexer's key cache is FP8 with one FP32 scale per 128 whatever the KV dtype
+        # (vLLM DeepseekV32IndexerCache: uint8, head_dim + head_dim / 128 * 4 bytes)
+        index_key = a.indexer.head_dim + 4 * (a.indexer.head_dim // 128) if a.indexer else 0
         if a.indexer and dt == "fp8":
-            # vLLM's DSA layout: FP8 latent + 4 FP32 scales + BF16 rope; FP8 indexer key + scale
-            per_layer, index_key = lora + 4 * (lora // 128) + 2 * rope, a.indexer.head_dim + 4
+            # vLLM's DSA layout: FP8 latent + 4 FP32 scales + BF16 rope
+            per_layer = lora + 4 * (lora // 128) + 2 * rope
         else:
-            per_layer, index_key = (lora + rope) * b, a.indexer.head_dim * b if a.indexer else 0
+            per_layer = (lora + rope) * b
         # the index key cache belongs to the indexer: only layers that own one keep it
         owners = indexer_layers(spec) + (layers - spec.layers) if a.indexer else 0
         return per_layer * layers + index_key * owners

@@ -68,6 +68,7 @@ MLA_LATENT_DIM = 576  # DeepSeek-V3: kv_lora_rank 512 + qk_rope_head_dim 64
 # checkpoint decides which an engine runs; rackc's fp8 is either), the faster per shape.
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 MOE_DTYPES = GEMM_DTYPES
+MOE_SCALES = {"fp8_block": "block"}  # a table dtype's scales, as a model's dtypes.scales says
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 NOTES = (
     "aiconfigurator: a fused MoE call is fitted as rackc's two grouped GEMMs (gate+up, down) "
@@ -219,11 +220,41 @@ def catalog_moe_shapes() -> set[tuple[int, int, int, int]]:
 
 
 def moe_table_points(df, framework: str) -> list[dict]:
-    """Every call of the catalog's MoE shapes, at every TP x EP split and token count: the
-    tables the step model interpolates (fit.moe_tables), where the curve is only a fit."""
+    """Every call of the catalog's MoE shapes, at every TP x EP split and token count, the
+    fastest kernel of each table dtype (FP8 block-scaled and per-tensor kernels apart: a
+    checkpoint runs one of them): the tables the step model interpolates (fit.moe_tables)."""
     shapes = catalog_moe_shapes()
-    return [p for _, rows in _moe_rows(df, framework) for p in rows
-            if (p["hidden"], p["inter"] * p["tp"], p["experts"], p["top_k"]) in shapes]
+    df = _rackc_dtype(df[df.distribution == "balanced"], "moe_dtype", MOE_DTYPES)
+    keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "num_tokens"]
+    out = []
+    for r in _fastest(df, keys).itertuples():
+        if (int(r.hidden_size), int(r.inter_size), int(r.num_experts), int(r.topk)) not in \
+                shapes or r.num_experts % r.moe_ep_size or r.inter_size % r.moe_tp_size:
+            continue
+        out.append({
+            "op": "moe", "dtype": r.dtype, "scales": MOE_SCALES.get(r.moe_dtype, ""),
+            "tokens": int(r.num_tokens), "hidden": int(r.hidden_size),
+            "inter": int(r.inter_size // r.moe_tp_size), "top_k": int(r.topk),
+            "experts": int(r.num_experts), "local_experts": int(r.num_experts // r.moe_ep_size),
+            "tp": int(r.moe_tp_size), "ep": int(r.moe_ep_size),
+            "impl": _impl(framework, f"{r.moe_dtype} {r.kernel_source}"), "us": _us(r.latency)})
+    return out
+
+
+def whole_shapes(calls: list[dict], system: System) -> list[dict]:
+    """The calls of the MoE shapes none of whose calls is faster than the roofline of the work
+    it names: one such call says the collector routed fewer experts than the shape has (its
+    balanced logits tie under DeepSeek's grouped top-k, so half the groups get every token),
+    and then the shape's other calls read fewer weights than they name too."""
+    kept = {id(c) for c in physical(calls, system)[0]}
+
+    def shape(c: dict) -> tuple:
+        return c["dtype"], c["scales"], c["hidden"], c["inter"] * c["tp"], c["experts"], \
+            c["top_k"]
+
+    bad = {shape(c) for c in calls if id(c) not in kept}
+    return [c for c in calls if shape(c) not in bad]
 
 
 def _attention(df):
@@ -373,7 +404,7 @@ def raw_document(system_name: str, framework: str = "vllm") -> dict:
                 continue    # the next older version (or framework) has the table whole
             measurements += points
             if op_dir == "moe":
-                moe_calls = physical(moe_table_points(df, table_framework), system)[0]
+                moe_calls = whole_shapes(moe_table_points(df, table_framework), system)
             tables.append({"table": str(path.relative_to(data_root())),
                            "framework": table_framework, "version": table_version,
                            "points": len(points), "dropped_faster_than_roofline": dropped})

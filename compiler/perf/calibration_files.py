@@ -118,6 +118,7 @@ class MoeTable(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     dtype: Dtype
+    scales: Literal["", "block", "mx"]
     hidden: Dim
     inter: Dim
     top_k: Dim

@@ -398,23 +398,24 @@ NOTES = (
 )
 
 
-MOE_TABLE_KEY = ("dtype", "hidden", "inter", "top_k", "experts", "local_experts")
+MIN_TABLE_COUNTS = 4  # fewer token counts would be extrapolated over decades
+MOE_TABLE_KEY = ("dtype", "scales", "hidden", "inter", "top_k", "experts", "local_experts")
 
 
 def moe_tables(calls: Sequence[dict]) -> list[dict]:
     """Measured fused-MoE calls (raw `moe` measurements) as tables: for each MoE shape on one
-    rank (MOE_TABLE_KEY: dtype, hidden, per-rank intermediate, top-k, experts, local experts)
-    the times by token count, the fastest where several calls share one. A shape with fewer
-    than two token counts gives no table. The step model interpolates them where a model's
-    MoE is one of these shapes (ops.OpModel.fused_moe): the curve, fitted to every shape at
-    once, misses single shapes by 14-33% (median) there."""
+    rank (MOE_TABLE_KEY: dtype and its scales, hidden, per-rank intermediate, top-k, experts,
+    local experts) the times by token count, the fastest where several calls share one. A
+    shape with fewer than MIN_TABLE_COUNTS token counts gives no table. The step model
+    interpolates them where a model's MoE is one of these shapes (ops.OpModel.fused_moe): the
+    curve, fitted to every shape at once, misses single shapes by 14-33% (median) there."""
     best: dict[tuple, dict[int, float]] = {}
     for m in calls:
         by_tokens = best.setdefault(tuple(m[k] for k in MOE_TABLE_KEY), {})
         by_tokens[m["tokens"]] = min(float(m["us"]), by_tokens.get(m["tokens"], math.inf))
     return [{**dict(zip(MOE_TABLE_KEY, key, strict=True)), "tokens": sorted(times),
              "us": [times[t] for t in sorted(times)]}
-            for key, times in sorted(best.items()) if len(times) >= 2]
+            for key, times in sorted(best.items()) if len(times) >= MIN_TABLE_COUNTS]
 
 
 def calibration(raw: dict, system: System) -> dict:

@@ -288,27 +288,28 @@ class OpModel:
         work = grouped_gemm_work(dtype, experts, tokens_per_expert, k, n, skew, tile_rows)
         return self.time_us("grouped_gemm", "bf16" if weight_only else dtype, work, placement)
 
-    def fused_moe(self, dtype: str, tokens: float, hidden: int, inter: int, top_k: int,
-                  experts: int, local_experts: int) -> float | None:
+    def fused_moe(self, dtype: str, scales: str, tokens: float, hidden: int, inter: int,
+                  top_k: int, experts: int, local_experts: int) -> float | None:
         """A measured fused MoE on one rank (`tokens` before routing, `inter` the rank's
-        width) from the calibration's tables: linear between measured token counts, the first
-        count's time below them, the last two counts' slope beyond them. A width the tables
-        lack (e.g. TP8 where only TP1-4 were measured) is taken linearly from the two nearest
-        measured widths of the same experts at that token count (the call's bytes and flops
-        are affine in its width); below the narrowest, never under its time in proportion to
-        width. None when no table has these experts."""
+        width; `scales` the checkpoint's: FP8 block-scaled and per-tensor kernels differ) from
+        the calibration's tables: linear between measured token counts, the first count's time
+        below them, the last two counts' slope beyond them. A width the tables lack (e.g. TP8
+        where only TP1-4 were measured) is taken linearly from the two nearest measured widths
+        of the same experts at that token count (the call's bytes and flops are affine in its
+        width); below the narrowest, never under its time in proportion to width. None when
+        no table has these experts."""
         if tokens <= 0:
             return None
-        key = (dtype, hidden, inter, top_k, experts, local_experts)
+        key = (dtype, scales, hidden, inter, top_k, experts, local_experts)
         if key in self.moe_tables:
             return _interpolated(*self.moe_tables[key], tokens)
-        widths = sorted(k[2] for k in self.moe_tables
-                        if k[:2] == key[:2] and k[3:] == key[3:])
+        widths = sorted(k[3] for k in self.moe_tables
+                        if k[:3] == key[:3] and k[4:] == key[4:])
         if len(widths) < 2:
             return None
         i = min(max(bisect.bisect_left(widths, inter), 1), len(widths) - 1)
         (w0, w1) = widths[i - 1:i + 1]
-        u0, u1 = (_interpolated(*self.moe_tables[(dtype, hidden, w, *key[3:])], tokens)
+        u0, u1 = (_interpolated(*self.moe_tables[(*key[:3], w, *key[4:])], tokens)
                   for w in (w0, w1))
         affine = u0 + (u1 - u0) * (inter - w0) / (w1 - w0)
         return max(affine, u0 * inter / w0) if inter < w0 else affine
@@ -379,7 +380,7 @@ def op_model(system: System, calibration: dict | None,
         return OpModel(system, floors=floors or {})
     curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
-    tables = {(t["dtype"], t["hidden"], t["inter"], t["top_k"], t["experts"],
+    tables = {(t["dtype"], t["scales"], t["hidden"], t["inter"], t["top_k"], t["experts"],
                t["local_experts"]): (tuple(t["tokens"]), tuple(t["us"]))
               for t in calibration.get("moe_tables", ())}
     return OpModel(system, curves, calibration.get("source", "calibration"),

@@ -287,8 +287,7 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
     else:
         tile = DECODE_EXPERT_TILE_ROWS if shape.dp > 1 else FUSED_DECODE_TILE_ROWS
     inter = _expert_width(moe, shape)
-    measured = _measured_moe(ctx, tokens * skew, per_expert * skew, inter, local) \
-        if shape.dp == 1 and slots == moe.experts and not ctx.moe_weight_only else None
+    measured = _measured_moe(ctx, shape, tokens * skew, per_expert * skew)
     if measured is not None:
         st.add("moe_experts", measured)
     else:
@@ -303,32 +302,45 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
         st.add("shared_expert", shared * shared_fraction)
 
 
-def _measured_moe(ctx: PerfContext, tokens: float, per_expert: float, inter: int,
-                  local: int) -> float | None:
-    """The calibration's measured fused MoE for this rank's shape (ops.OpModel.fused_moe), or
-    None. Only without DP: there every rank runs the MoE over all of the instance's tokens,
-    as the tables time `num_tokens`; under DEP the tables' token count does not say how many
-    tokens each EP rank receives, and the curve is used.
-
-    The tables route evenly (E min(1, t) of E experts receive tokens at t copies per expert);
-    served tokens route at random, which leaves E e^-t of them idle: their weight reads, at
-    the curve's memory efficiency, are taken off the measured time (never more than in
-    proportion to the experts read)."""
+def _table_moe(ctx: PerfContext, shape: Shape, tokens: float) -> float | None:
+    """The calibration's measured fused MoE of this rank's shape at `tokens` (before routing;
+    ops.OpModel.fused_moe), or None. Only without DP: there every rank runs the MoE over all
+    of the instance's tokens, as the tables time `num_tokens`. Under DEP vLLM dispatches
+    through DeepEP to other kernels (DeepGEMM's masked and contiguous layouts) than the
+    tables' fused MoE with an expert map, and the curve is used; so too with EPLB replicas
+    and with weight-only (Marlin) experts."""
     m = ctx.model
     moe = m.moe
-    measured = ctx.ops.fused_moe(m.dtypes.experts, tokens, m.hidden_size, inter, moe.top_k,
-                                 moe.experts, local)
+    if shape.dp > 1 or moe.slots != moe.experts or ctx.moe_weight_only:
+        return None
+    return ctx.ops.fused_moe(m.dtypes.experts, m.dtypes.scales or "", tokens, m.hidden_size,
+                             _expert_width(moe, shape), moe.top_k, moe.experts,
+                             moe.experts // shape.ep)
+
+
+def _measured_moe(ctx: PerfContext, shape: Shape, tokens: float,
+                  per_expert: float) -> float | None:
+    """`_table_moe` for served tokens. The tables route evenly (E min(1, t) of E experts
+    receive tokens at t copies per expert); served tokens route at random, which leaves
+    E e^-t of them idle. Their weight reads, at the curve's memory efficiency, come off the
+    measured time, but never the call's fixed part (its time at one token), and the result is
+    never below reading the experts that do receive tokens at the datasheet's bandwidth."""
+    measured = _table_moe(ctx, shape, tokens)
     if measured is None:
         return None
+    m = ctx.model
+    local = m.moe.experts // shape.ep
     even = local * min(1.0, per_expert)
     random = local * -math.expm1(-per_expert)
     if even <= random:
         return measured
-    expert_bytes = 3 * m.hidden_size * inter * OP_BYTES[m.dtypes.experts]
-    rate = ctx.ops.hbm_bytes_per_us(_expert_placement(ctx)) \
-        * ctx.ops.curve("grouped_gemm", m.dtypes.experts).e_mem
-    saved = (even - random) * expert_bytes / rate
-    return max(measured - saved, measured * random / even)
+    expert_bytes = 3 * m.hidden_size * _expert_width(m.moe, shape) * OP_BYTES[m.dtypes.experts]
+    hbm = ctx.ops.hbm_bytes_per_us(_expert_placement(ctx))
+    saved = (even - random) * expert_bytes / (hbm * ctx.ops.curve(
+        "grouped_gemm", m.dtypes.experts).e_mem)
+    fixed = _table_moe(ctx, shape, 1.0) or 0.0
+    return max(measured - min(saved, max(0.0, measured - fixed)),
+               random * expert_bytes / hbm)
 
 
 def _moe_layer(ctx: PerfContext, shape: Shape, tokens: int, shared_fraction: float,
@@ -472,16 +484,20 @@ def _attention_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
 def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     """The kernels around a MoE layer's expert GEMMs: the router's top-k softmax, the align +
     permute of the routed copies (each token's row read once, every copy written), SiLU x mul
-    on the copies' intermediate and the weighted un-permute sum (vLLM `moe_sum`)."""
+    on the copies' intermediate and the weighted un-permute sum (vLLM `moe_sum`). Where the
+    layer is costed as a measured fused call (`_table_moe`) those are in its time (the
+    collector times FusedMoE's whole forward); the shared expert's SiLU x mul is not."""
     moe, h = ctx.model.moe, ctx.model.hidden_size
+    shared = moe.shared_expert_layer_fraction * _kernel(
+        ctx, "silu_mul", 3 * tokens * _shared_width(moe, shape) * 2) if moe.shared_experts \
+        else 0.0
+    if _table_moe(ctx, shape, tokens) is not None:
+        return shared
     copies = tokens * moe.top_k  # DEP: the rank's share after dispatch; TP: every copy
     if shape.dp == 1 and shape.ep > 1:  # TPxEP: every rank sees all tokens, keeps its experts'
         copies /= shape.ep
-    us = (_kernel(ctx, "topk_softmax", tokens * moe.experts * 2)
-          + _kernel(ctx, "silu_mul", 3 * copies * _expert_width(moe, shape) * 2))
-    if moe.shared_experts:  # the shared expert's own SiLU x mul, where it runs
-        us += moe.shared_expert_layer_fraction * _kernel(
-            ctx, "silu_mul", 3 * tokens * _shared_width(moe, shape) * 2)
+    us = shared + _kernel(ctx, "topk_softmax", tokens * moe.experts * 2) \
+        + _kernel(ctx, "silu_mul", 3 * copies * _expert_width(moe, shape) * 2)
     if ctx.batched_experts:  # vllm fused_moe/prepare_finalize/deepep_ll.py
         return us
     rows = (copies + tokens) * h * 2

@@ -192,12 +192,18 @@ def test_calibrate_without_pytorch_says_so_and_exits_2(tmp_path: Path,
 def test_moe_tables_keep_each_shapes_fastest_call_by_token_count():
     from compiler.perf.calibration_files import validation_errors
 
-    call = {"op": "moe", "dtype": "fp8", "hidden": 7168, "inter": 256, "top_k": 8,
-            "experts": 256, "local_experts": 256, "tp": 8, "ep": 1}
+    call = {"op": "moe", "dtype": "fp8", "scales": "block", "hidden": 7168, "inter": 256,
+            "top_k": 8, "experts": 256, "local_experts": 256, "tp": 8, "ep": 1}
     calls = [{**call, "tokens": 16, "us": 90.0}, {**call, "tokens": 16, "us": 80.0},
-             {**call, "tokens": 4, "us": 50.0}, {**call, "inter": 512, "tokens": 4, "us": 9.0}]
-    (table,) = fit.moe_tables(calls)  # the inter-512 shape has one count: no table
-    assert (table["tokens"], table["us"], table["inter"]) == ([4, 16], [50.0, 80.0], 256)
+             *({**call, "tokens": n, "us": 10.0 * n} for n in (1, 2, 4)),
+             {**call, "inter": 512, "tokens": 4, "us": 9.0},
+             *({**call, "scales": "", "tokens": n, "us": 1.0} for n in (1, 2, 4, 16))]
+    # the inter-512 shape has one count: no table; the per-tensor kernel is a table of its own
+    tensor, block = fit.moe_tables(calls)
+    assert (block["tokens"], block["us"], block["inter"]) == ([1, 2, 4, 16],
+                                                             [10.0, 20.0, 40.0, 80.0], 256)
+    assert (tensor["scales"], tensor["us"]) == ("", [1.0] * 4)
+    table = block
     raw = {"schema": fit.RAW_SCHEMA, "device": {"gpu": "x"}, "measurements": calls[:1],
-           "moe_tables": [{**table, "tokens": [16, 4]}]}
+           "moe_tables": [{**table, "tokens": table["tokens"][::-1]}]}
     assert any("increasing" in expected for _, expected, _ in validation_errors(raw))

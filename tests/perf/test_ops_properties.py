@@ -216,18 +216,23 @@ def test_random_routing_reads_the_experts_that_receive_a_token():
 
 def test_fused_moe_tables_interpolate_tokens_and_widths():
     """Between measured token counts linearly; a width the tables lack from the two nearest
-    measured widths (affine in width), never below the nearest in proportion."""
-    key = ("fp8", 3072, 384, 8, 256, 256)
-    tables = {key: ((1, 32), (100.0, 300.0)),
-              (*key[:2], 768, *key[3:]): ((1, 32), (150.0, 500.0))}
+    measured widths (affine in width), never below the narrowest in proportion."""
+    key = ("fp8", "block", 3072, 384, 8, 256, 256)
+    wide = (*key[:3], 768, *key[4:])
+    tables = {key: ((1, 32), (100.0, 300.0)), wide: ((1, 32), (150.0, 500.0))}
     model = ops.OpModel(catalog.system("hgx-h200"), moe_tables=tables)
-    assert model.fused_moe("fp8", 16.5, *key[1:]) == pytest.approx(200.0)
-    assert model.fused_moe("fp8", 64, *key[1:]) == pytest.approx(300 + 200 * 32 / 31)
-    assert model.fused_moe("fp8", 1, 3072, 576, 8, 256, 256) == pytest.approx(125.0)
-    assert model.fused_moe("fp8", 1, 3072, 192, 8, 256, 256) == pytest.approx(75.0)
+
+    def at(tokens: float, inter: int = 384, scales: str = "block", experts: int = 256):
+        return model.fused_moe("fp8", scales, tokens, 3072, inter, 8, experts, experts)
+
+    assert at(16.5) == pytest.approx(200.0)
+    assert at(64) == pytest.approx(300 + 200 * 32 / 31)  # the last slope onward
+    assert at(1, 576) == pytest.approx(125.0)
+    assert at(1, 192) == pytest.approx(75.0)
     # at 32 tokens 300 - (500 - 300) / 2 = 200 is above 300 x 192 / 384 = 150
-    assert model.fused_moe("fp8", 32, 3072, 192, 8, 256, 256) == pytest.approx(200.0)
-    steep = {key: ((1, 32), (100.0, 100.0)), (*key[:2], 768, *key[3:]): ((1, 32), (400.0, 400.0))}
-    floored = ops.OpModel(catalog.system("hgx-h200"), moe_tables=steep)
-    assert floored.fused_moe("fp8", 1, 3072, 192, 8, 256, 256) == pytest.approx(50.0)
-    assert model.fused_moe("fp8", 1, 3072, 384, 8, 128, 128) is None  # other experts
+    assert at(32, 192) == pytest.approx(200.0)
+    steep = ops.OpModel(catalog.system("hgx-h200"), moe_tables={
+        key: ((1, 32), (100.0, 100.0)), wide: ((1, 32), (400.0, 400.0))})
+    assert steep.fused_moe("fp8", "block", 1, 3072, 192, 8, 256, 256) == pytest.approx(50.0)
+    assert at(1, experts=128) is None  # other experts
+    assert at(1, scales="") is None  # a per-tensor FP8 kernel is another table

@@ -20,8 +20,8 @@ KV_TABLE = {
     # not in B2: 62 layers x K and V x 8 heads x 128 x 2 bytes (config.json)
     ("minimax-m2.5", "bf16"): 253_952, ("minimax-m2.5", "fp8"): 126_976,
     # not in B2: 78 layers' latent (FP8 + 4 FP32 scales + BF16 rope: 656 B, BF16: 1,152 B)
-    # plus the index key (132 / 256 B) on the 21 layers that own an indexer
-    ("glm-5.2", "fp8"): 78 * 656 + 21 * 132, ("glm-5.2", "bf16"): 78 * 1152 + 21 * 256,
+    # plus the index key (FP8 + one FP32 scale: 132 B in either) on the 21 indexer layers
+    ("glm-5.2", "fp8"): 78 * 656 + 21 * 132, ("glm-5.2", "bf16"): 78 * 1152 + 21 * 132,
 }
 
 # REFERENCE-DATA.md B: total / active parameters (billions)

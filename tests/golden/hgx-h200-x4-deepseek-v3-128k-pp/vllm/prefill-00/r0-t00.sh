@@ -14,7 +14,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
   --pipeline-parallel-size 2 \
   --enable-expert-parallel \
   --max-num-seqs 64 \
-  --max-num-batched-tokens 8192 \
+  --max-num-batched-tokens 16384 \
   --max-model-len 135168 \
   --block-size 64 \
   --gpu-memory-utilization 0.95 \
