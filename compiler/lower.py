@@ -189,7 +189,7 @@ def _memory(sol: Solution, instances: list[Instance], g: nx.Graph) -> dict[str, 
         w = wanted[inst.role, inst.shape]
         stages = _stage_needs(sol, w.role, w.shape, w.need, prefill_gpus)
         for rank, gpu in enumerate(inst.gpus):
-            held = stages[rank // w.shape.stage_gpus] if len(stages) > 1 else stages[0]
+            held = stages[rank // w.shape.stage_gpus]
             for dom in graph.domains_of_gpu(g, gpu):
                 out[dom] = held
     return dict(sorted(out.items(), key=lambda kv: natural(kv[0])))

@@ -181,31 +181,35 @@ def gemm_points(df, framework: str) -> list[dict]:
     return out
 
 
-def _moe_rows(df, framework: str) -> Iterator[tuple[str, list[dict]]]:
-    """(dtype, rows) of the balanced-routing fused MoE calls, one per shape (the fastest
-    kernel); experts and width as seen by one rank of the TP x EP split."""
-    df = _rackc_dtype(df[df.distribution == "balanced"], "moe_dtype", MOE_DTYPES)
-    keys = ["dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-            "moe_ep_size", "num_tokens"]
-    for dtype, group in _fastest(df, keys).groupby("dtype", sort=True):
-        rows = []
-        for r in group.itertuples():
-            if r.num_experts % r.moe_ep_size or r.inter_size % r.moe_tp_size:
-                continue
-            rows.append({
-                "op": "moe", "dtype": dtype, "tokens": int(r.num_tokens),
-                "hidden": int(r.hidden_size), "inter": int(r.inter_size // r.moe_tp_size),
-                "top_k": int(r.topk), "experts": int(r.num_experts),
-                "local_experts": int(r.num_experts // r.moe_ep_size),
-                "tp": int(r.moe_tp_size), "ep": int(r.moe_ep_size),
-                "impl": _impl(framework, f"{r.moe_dtype} {r.kernel_source}"),
-                "us": _us(r.latency)})
-        yield dtype, rows
+def _moe_call(r, framework: str) -> dict | None:
+    """A fused MoE call as a raw `moe` measurement: experts and width as seen by one rank of
+    the TP x EP split; None where the split does not divide them."""
+    if r.num_experts % r.moe_ep_size or r.inter_size % r.moe_tp_size:
+        return None
+    return {"op": "moe", "dtype": r.dtype, "tokens": int(r.num_tokens),
+            "hidden": int(r.hidden_size), "inter": int(r.inter_size // r.moe_tp_size),
+            "top_k": int(r.topk), "experts": int(r.num_experts),
+            "local_experts": int(r.num_experts // r.moe_ep_size),
+            "tp": int(r.moe_tp_size), "ep": int(r.moe_ep_size),
+            "impl": _impl(framework, f"{r.moe_dtype} {r.kernel_source}"), "us": _us(r.latency)}
+
+
+def _balanced_moe(df):
+    return _rackc_dtype(df[df.distribution == "balanced"], "moe_dtype", MOE_DTYPES)
+
+
+MOE_KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "num_tokens"]
 
 
 def moe_points(df, framework: str) -> list[dict]:
-    """A sample of every MoE shape's calls, for the grouped GEMM curve."""
-    return [p for _, rows in _moe_rows(df, framework) for p in _thin(rows)]
+    """Balanced-routing fused MoE, the fastest kernel per shape, a sample of each dtype's
+    calls for the grouped GEMM curve."""
+    out = []
+    for _, group in _fastest(_balanced_moe(df), ["dtype", *MOE_KEYS]).groupby("dtype",
+                                                                               sort=True):
+        out += _thin([c for r in group.itertuples() if (c := _moe_call(r, framework))])
+    return out
 
 
 def catalog_moe_shapes() -> set[tuple[int, int, int, int]]:
@@ -224,21 +228,11 @@ def moe_table_points(df, framework: str) -> list[dict]:
     fastest kernel of each table dtype (FP8 block-scaled and per-tensor kernels apart: a
     checkpoint runs one of them): the tables the step model interpolates (fit.moe_tables)."""
     shapes = catalog_moe_shapes()
-    df = _rackc_dtype(df[df.distribution == "balanced"], "moe_dtype", MOE_DTYPES)
-    keys = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-            "moe_ep_size", "num_tokens"]
     out = []
-    for r in _fastest(df, keys).itertuples():
-        if (int(r.hidden_size), int(r.inter_size), int(r.num_experts), int(r.topk)) not in \
-                shapes or r.num_experts % r.moe_ep_size or r.inter_size % r.moe_tp_size:
-            continue
-        out.append({
-            "op": "moe", "dtype": r.dtype, "scales": MOE_SCALES.get(r.moe_dtype, ""),
-            "tokens": int(r.num_tokens), "hidden": int(r.hidden_size),
-            "inter": int(r.inter_size // r.moe_tp_size), "top_k": int(r.topk),
-            "experts": int(r.num_experts), "local_experts": int(r.num_experts // r.moe_ep_size),
-            "tp": int(r.moe_tp_size), "ep": int(r.moe_ep_size),
-            "impl": _impl(framework, f"{r.moe_dtype} {r.kernel_source}"), "us": _us(r.latency)})
+    for r in _fastest(_balanced_moe(df), ["moe_dtype", *MOE_KEYS]).itertuples():
+        call = _moe_call(r, framework)
+        if call and (call["hidden"], int(r.inter_size), call["experts"], call["top_k"]) in shapes:
+            out.append({**call, "scales": MOE_SCALES.get(r.moe_dtype, "")})
     return out
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from compiler.catalog.system import System
 from compiler.perf import ops
 from compiler.perf.calibration_files import RAW_SCHEMA, SCHEMA
-from compiler.perf.ops import ANY_DTYPE, Curve, Work
+from compiler.perf.ops import ANY_DTYPE, MOE_TABLE_KEY, Curve, Work
 
 LOSS_KNEE = 0.05  # relative error where the loss turns from quadratic to linear
 DIGITS = 4  # significant digits of fitted parameters in the calibration file
@@ -399,7 +399,6 @@ NOTES = (
 
 
 MIN_TABLE_COUNTS = 4  # fewer token counts would be extrapolated over decades
-MOE_TABLE_KEY = ("dtype", "scales", "hidden", "inter", "top_k", "experts", "local_experts")
 
 
 def moe_tables(calls: Sequence[dict]) -> list[dict]:

@@ -107,6 +107,8 @@ def _maximum(a, b):
 
 
 CURVE_FIELDS = tuple(f.name for f in fields(Curve))
+# a measured fused-MoE table's shape on one rank (fit.moe_tables writes them, fused_moe reads)
+MOE_TABLE_KEY = ("dtype", "scales", "hidden", "inter", "top_k", "experts", "local_experts")
 
 # REFERENCE-DATA.md D: prefill FP8 GEMM ~55-65% of peak, memory-bound ops 80% of HBM BW + 3 us
 # (aiconfigurator); grouped GEMM 55-66% at large token counts; FlashMLA ~90% BW.
@@ -210,7 +212,7 @@ class OpModel:
     source: str = "defaults (REFERENCE-DATA.md D)"
     bw_scale: float = 1.0  # <1 when an op only reaches part of the GPU's HBM (remote domain)
     floors: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> dtype -> us
-    # measured fused MoE per shape (fit.MOE_TABLE_KEY) -> (token counts, us), ascending
+    # measured fused MoE per shape (MOE_TABLE_KEY) -> (token counts, us), ascending
     moe_tables: dict[tuple, tuple[tuple[int, ...], tuple[float, ...]]] = field(
         default_factory=dict)
     # time_us by its exact arguments: the solver's search asks for the same kernels (rounded
@@ -380,8 +382,7 @@ def op_model(system: System, calibration: dict | None,
         return OpModel(system, floors=floors or {})
     curves = {op: {dt: curve_from_dict(c) for dt, c in by_dtype.items()}
               for op, by_dtype in calibration["curves"].items()}
-    tables = {(t["dtype"], t["scales"], t["hidden"], t["inter"], t["top_k"], t["experts"],
-               t["local_experts"]): (tuple(t["tokens"]), tuple(t["us"]))
+    tables = {tuple(t[k] for k in MOE_TABLE_KEY): (tuple(t["tokens"]), tuple(t["us"]))
               for t in calibration.get("moe_tables", ())}
     return OpModel(system, curves, calibration.get("source", "calibration"),
                    floors=floors or {}, moe_tables=tables)

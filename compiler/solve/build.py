@@ -65,9 +65,7 @@ def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
     """`kept`: instances that stay (incremental recompile); their shapes join the candidates."""
     reqs, down = requirements(inputs)
     mode = inputs.deployment.spec.objective.mode
-    w = workload(inputs)
-    hit = prefix_hit_rate(w, pool_tokens(inputs, []))
-    guess = max(1, len(graph.available_gpus(g)) // 2)
+    w, hit, guess = _candidate_basis(inputs, g)
     if mode == "pinned":
         pins = _pins(inputs, reqs)
         found: dict[tuple[str, str], Candidate] = {}
@@ -83,7 +81,14 @@ def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
     fresh = Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs)
-    return with_kept(fresh, kept, next_id) if kept or next_id else fresh
+    return with_kept(fresh, kept, next_id)
+
+
+def _candidate_basis(inputs: Inputs, g):
+    """(workload, prefix hit rate, the counts' default guess) every candidate is costed at."""
+    w = workload(inputs)
+    return w, prefix_hit_rate(w, pool_tokens(inputs, [])), \
+        max(1, len(graph.available_gpus(g)) // 2)
 
 
 def with_kept(p: Problem, kept: Sequence[Kept], next_id: dict[str, int] | None) -> Problem:
@@ -94,9 +99,7 @@ def with_kept(p: Problem, kept: Sequence[Kept], next_id: dict[str, int] | None) 
     have = {(c.role, c.shape.name) for c in p.candidates}
     extra = []
     if kept and not have >= {(k.role, k.shape.name) for k in kept}:
-        w = workload(inputs)
-        hit = prefix_hit_rate(w, pool_tokens(inputs, []))
-        guess = max(1, len(graph.available_gpus(p.graph)) // 2)
+        w, hit, guess = _candidate_basis(inputs, p.graph)
         for key in sorted({(k.role, k.shape.name) for k in kept} - have):
             shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
             extra.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
