@@ -281,7 +281,9 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
                              instances)
     site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
                                 instances, kv_pool, inputs.resolved.host,
-                                inputs.deployment.spec.serving.vllm_version, dynamo_run)
+                                inputs.deployment.spec.serving.vllm_version, dynamo_run,
+                                expert_format=inputs.resolved.expert_format.value
+                                if inputs.model.spec.moe else None)
     routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,

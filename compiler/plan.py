@@ -312,6 +312,46 @@ class ReleaseKernels(Frozen):
     env: dict[str, str]
 
 
+# One engine fact each, with the engine file (and symbol) it was read from; concrete classes,
+# not one generic, since plans cross a process boundary by pickle (compiler.emit_worker)
+class Sizes(Frozen):
+    value: list[int]
+    source: str
+
+
+class Names(Frozen):
+    value: list[str]
+    source: str
+
+
+class Name(Frozen):
+    value: str
+    source: str
+
+
+class Env(Frozen):
+    value: dict[str, str]
+    source: str
+
+
+class EngineFacts(OmitsOptional):
+    """What the release a target runs can do, as far as its engines' flags are checked
+    (`rackc validate`, engine-capability and dynamo-connector): read from that release's fact
+    set when the plan is made, so that validate reads the plan, never the catalog."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("moe_backends", "moe_batched", "pd_connectors",
+                                           "connector_wrappers")
+    kernel_block_sizes: dict[str, Sizes]  # attention backend -> its KV page sizes
+    moe_backends: Names | None = None  # the --moe-backend names that load the plan's expert
+    # format (None: a dense model, or the release names none for it)
+    moe_batched: Names | None = None  # those with a kernel for batched activations
+    batched_layout: Names  # --all2all-backend names that hand experts batched rows
+    multi_node_nvlink_env: dict[str, Env]  # all2all backend -> its env across trays
+    pipelined_connector: Name  # the NIXL connector beside a prefill with stages
+    pd_connectors: Names | None = None  # Dynamo's prefill handler's protocols
+    connector_wrappers: Names | None = None  # Dynamo resolves them to one P/D member
+
+
 class EngineRun(OmitsOptional):
     """What runs one target's engines: its image, the vLLM release there (the flags and
     connectors are checked against that release's code), the Dynamo release when Dynamo
@@ -323,6 +363,7 @@ class EngineRun(OmitsOptional):
     vllm: str
     dynamo: str | None
     refused: str | None
+    facts: EngineFacts
     kernels: list[ReleaseKernels] = []
 
     def run(self, instance: "Instance") -> "Instance":

@@ -13,24 +13,29 @@ import functools
 import math
 import re
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compiler import arch, catalog
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
+    EngineFacts,
     EngineRun,
+    Env,
     Hardware,
     Images,
     Instance,
     KvPool,
     ModelCache,
+    Name,
+    Names,
     Parsers,
     PodSize,
     Rdma,
     Resources,
     Security,
     Site,
+    Sizes,
     Toleration,
 )
 from compiler.resolve import HostReserve
@@ -86,19 +91,48 @@ def dynamo_refusal(instances: list[Instance]) -> str | None:
     return None
 
 
+def _fact(kind: type[Sizes | Names | Name | Env], fact: Any) -> Any:
+    return kind(value=fact.value, source=fact.source)
+
+
+def engine_facts(version: str, expert_format: str | None, dynamo: bool) -> EngineFacts:
+    """What vLLM `version` (and, for a Dynamo worker, the pinned Dynamo) can run, as far as
+    validate checks the engines' flags: the plan's copy of the release's fact set."""
+    engines = catalog.engines()
+    run = engines.release(version) or engines.vllm
+    moe = (run.moe.accepts.get(expert_format), run.moe.batched.get(expert_format)) \
+        if expert_format else (None, None)
+    worker = engines.dynamo.worker
+    return EngineFacts(
+        kernel_block_sizes={k: _fact(Sizes, v)
+                            for k, v in run.attention.kernel_block_sizes.items()},
+        moe_backends=moe[0] and _fact(Names, moe[0]),
+        moe_batched=moe[1] and _fact(Names, moe[1]),
+        batched_layout=_fact(Names, run.all2all.batched_layout),
+        multi_node_nvlink_env={k: _fact(Env, v)
+                               for k, v in run.all2all.multi_node_nvlink_env.items()},
+        pipelined_connector=_fact(Name, run.kv_connectors.disaggregated_pipelined),
+        pd_connectors=_fact(Names, worker.kv_connector_protocols) if dynamo else None,
+        connector_wrappers=_fact(Names, worker.multi_connector_wrappers) if dynamo else None)
+
+
 def engine_runs(images: spec.Images, vllm_version: str, instances: list[Instance],
-                dynamo_run: "ReleaseRun | None") -> dict[str, EngineRun]:
+                dynamo_run: "ReleaseRun | None", expert_format: str | None
+                ) -> dict[str, EngineRun]:
     """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
     not import under another), with that release's kernels (`dynamo_run`,
     compiler.engine_releases; None: the plan's own, for plans built without inputs); the plain
-    vLLM image runs the release the plan is read for."""
-    dynamo = catalog.engines().dynamo
-    return {"dynamo": EngineRun(image=images.dynamo, vllm=dynamo.worker.vllm.value,
+    vLLM image runs the release the plan is read for. `expert_format`: how the routed experts
+    load (None: a dense model)."""
+    worker_vllm = catalog.engines().dynamo.worker.vllm.value
+    return {"dynamo": EngineRun(image=images.dynamo, vllm=worker_vllm,
                                 dynamo=images.dynamo_version,
                                 refused=dynamo_refusal(instances)
                                 or (dynamo_run.refused if dynamo_run else None),
+                                facts=engine_facts(worker_vllm, expert_format, dynamo=True),
                                 kernels=dynamo_run.kernels if dynamo_run else []),
-            "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None)}
+            "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None,
+                              facts=engine_facts(vllm_version, expert_format, dynamo=False))}
 
 
 def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
@@ -249,7 +283,8 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
                instances: list[Instance], kv_pool: KvPool, host: HostReserve,
-               vllm_version: str, dynamo_run: "ReleaseRun | None" = None) -> Site:
+               vllm_version: str, dynamo_run: "ReleaseRun | None" = None, *,
+               expert_format: str | None) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
     pods = [_pod(cfg, hardware, host, tables, i, pool)
@@ -274,7 +309,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
-        engines=engine_runs(images, vllm_version, instances, dynamo_run),
+        engines=engine_runs(images, vllm_version, instances, dynamo_run, expert_format),
         cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
         pod_security_level=pod_security_level(kinds))
 

@@ -39,20 +39,21 @@ Rules and where their facts come from:
   the pod that loads it; NIXL between NVLink domains needs an RDMA transport in UCX_TLS (else KV
   goes over TCP).
 - dynamo-connector: Dynamo's prefill handler resolves a P/D protocol per request from the
-  worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py,
-  compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols).
+  worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py;
+  the plan's site.engines.dynamo.facts.pd_connectors).
 - capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
   per-instance-placement:
   compiler/validate/workloads.py says where each comes from.
 - engine-matches-plan: every engine is a plan instance's, with its numbers
   (compiler/validate/engine_plan.py); pool-matches-plan: each Mooncake client file registers the
   plan's segment over its transport and HCAs (compiler/validate/pool_plan.py).
-- engine-capability: the pinned engines' limits from compiler/catalog/engines/ (block sizes per
-  attention backend, MoE backends per expert format and for the batched layout of DeepEP
-  low-latency, the environment of all-to-all backends across trays; a Dynamo worker against the
-  vLLM release its Dynamo imports, vllm-0.31.yaml for 1.6.1), the frontend's KV block
-  size equal to the workers', and NIXL by push on every P/D engine where a prefill has
-  pipeline stages (kv_connectors.disaggregated_pipelined: the pull connector reads one stage).
+- engine-capability: the limits of the engine release each engine runs, as the plan records them
+  (site.engines.<target>.facts, read from compiler/catalog/engines/ at compile time, each with
+  its engine source: block sizes per attention backend, MoE backends for the plan's expert
+  format and for the batched layout of DeepEP low-latency, the environment of all-to-all
+  backends across trays; a Dynamo worker against the vLLM release its Dynamo imports), the
+  frontend's KV block size equal to the workers', and NIXL by push on every P/D engine where a
+  prefill has pipeline stages (the pull connector reads one stage). validate reads no catalog.
 """
 
 import json
@@ -62,7 +63,7 @@ from fractions import Fraction
 from typing import Any
 
 from compiler import ports
-from compiler.plan import Plan
+from compiler.plan import EngineFacts, Plan
 from compiler.validate import bundle, engine_plan, placement, pods, pool_plan, workloads
 from compiler.validate.finding import Finding
 from compiler.validate.pods import Engine, Node, PodGroup
@@ -508,70 +509,50 @@ def rdma_transport(ctx: Context) -> list[Finding]:
 
 # --- engine-capability ----------------------------------------------------------------------
 
-def _engines_catalog() -> Any:
-    """The pinned engines' capabilities (compiler/catalog/engines/)."""
-    from compiler import catalog
-
-    return catalog.engines()
-
-
-def _kernel_block_sizes(facts: Any, backend: str) -> list[int] | None:
-    sizes = facts.vllm.attention.kernel_block_sizes.get(backend)
-    return list(sizes.value) if sizes is not None else None
+def _facts_of(plan: Plan, e: Engine) -> EngineFacts:
+    """What the release running engine `e` can do, as the plan recorded it: a Dynamo worker
+    runs the vLLM its Dynamo imports (site.engines.dynamo), a script or LWS pod the plan's."""
+    return plan.site.engines["dynamo" if e.launcher == "dynamo" else "vllm"].facts
 
 
-def _facts_of(facts: Any, e: Engine) -> Any:
-    """The facts for engine `e`: a Dynamo worker runs the vLLM release its Dynamo imports
-    (catalog/engines/dynamo.yaml worker.vllm), with that release's fact set."""
-    if e.launcher != "dynamo":
-        return facts
-    run = facts.release(facts.dynamo.worker.vllm.value)
-    return facts if run is None else facts.model_copy(update={"vllm": run})
-
-
-def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
-    every = facts = facts if facts is not None else _engines_catalog()
+def engine_capability(ctx: Context) -> list[Finding]:
     out = []
+    moe_model = ctx.plan.model.moe
     for e in _all_engines(ctx):
-        facts = _facts_of(every, e)
+        facts = _facts_of(ctx.plan, e)
         block = _int(e.flag("--block-size"), 0)
         backend = e.flag("--attention-backend")
-        if backend and block:
-            sizes = _kernel_block_sizes(facts, backend)
-            if sizes and not any(block % s == 0 for s in sizes):
-                out.append(Finding("engine-capability", e.file, e.line, e.where,
-                                   f"--block-size a multiple of {backend}'s kernel block "
-                                   f"size{'s' if len(sizes) > 1 else ''} {sizes}",
-                                   f"--block-size {block}", "the attention kernels read KV in "
-                                   "pages of their block size (compiler/catalog/engines/)"))
+        sizes = facts.kernel_block_sizes.get(backend) if backend else None
+        if sizes and block and not any(block % s == 0 for s in sizes.value):
+            out.append(Finding("engine-capability", e.file, e.line, e.where,
+                               f"--block-size a multiple of {backend}'s kernel block "
+                               f"size{'s' if len(sizes.value) > 1 else ''} {sizes.value}",
+                               f"--block-size {block}", "the attention kernels read KV in "
+                               f"pages of their block size ({sizes.source})"))
         moe = e.flag("--moe-backend")
-        if moe and ctx.plan.model.moe:
-            fmt = ctx.plan.model.expert_format
-            accepts = facts.vllm.moe.accepts.get(fmt)
-            if accepts is not None and moe not in accepts.value:
-                out.append(Finding("engine-capability", e.file, e.line, e.where,
-                                   f"a --moe-backend that loads {fmt} experts "
-                                   f"({', '.join(accepts.value)})", f"--moe-backend {moe}",
-                                   accepts.source))
+        fmt = ctx.plan.model.expert_format
+        if moe and moe_model and facts.moe_backends and moe not in facts.moe_backends.value:
+            out.append(Finding("engine-capability", e.file, e.line, e.where,
+                               f"a --moe-backend that loads {fmt} experts "
+                               f"({', '.join(facts.moe_backends.value)})",
+                               f"--moe-backend {moe}", facts.moe_backends.source))
         a2a = e.flag("--all2all-backend")
-        if moe and a2a and ctx.plan.model.moe and \
-                a2a in facts.vllm.all2all.batched_layout.value:
-            batched = facts.vllm.moe.batched.get(ctx.plan.model.expert_format)
-            if batched is not None and moe not in batched.value:
-                out.append(Finding("engine-capability", e.file, e.line, e.where,
-                                   f"a --moe-backend with a kernel for {a2a}'s batched "
-                                   f"activations ({', '.join(batched.value)})",
-                                   f"--moe-backend {moe}", batched.source))
-        if a2a and _on_nvl72(e, ctx.plan) and \
+        if moe and a2a and moe_model and a2a in facts.batched_layout.value and \
+                facts.moe_batched and moe not in facts.moe_batched.value:
+            out.append(Finding("engine-capability", e.file, e.line, e.where,
+                               f"a --moe-backend with a kernel for {a2a}'s batched "
+                               f"activations ({', '.join(facts.moe_batched.value)})",
+                               f"--moe-backend {moe}", facts.moe_batched.source))
+        need = facts.multi_node_nvlink_env.get(a2a) if a2a else None
+        if need and _on_nvl72(e, ctx.plan) and \
                 _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
-            need = facts.vllm.all2all.multi_node_nvlink_env.get(a2a)
-            for key, value in (need.value.items() if need is not None else ()):
+            for key, value in need.value.items():
                 if e.env.get(key) != value:
                     out.append(Finding("engine-capability", e.file, e.line, e.where,
                                        f"{key}={value} for {a2a} across trays",
                                        f"{key}={e.env.get(key)}", need.source))
     for engines in [b.engines for b in ctx.bundles] + [ctx.scripts]:
-        out += _pipelined_peers_push(engines, every)
+        out += _pipelined_peers_push(engines, ctx.plan)
     for b in ctx.bundles:
         worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
         for g in b.groups:
@@ -590,41 +571,46 @@ def engine_capability(ctx: Context, facts: Any = None) -> list[Finding]:
     return out
 
 
-def dynamo_connector(ctx: Context, facts: Any = None) -> list[Finding]:
+def dynamo_connector(ctx: Context) -> list[Finding]:
     """Dynamo P/D workers hand KV off through a connector its prefill handler has a protocol
-    for (compiler/catalog/engines/dynamo.yaml worker.kv_connector_protocols)."""
-    facts = facts if facts is not None else _engines_catalog()
-    worker = facts.dynamo.worker
+    for (site.engines.dynamo.facts.pd_connectors, from dynamo/vllm/kv_connector_protocols.py)."""
+    run = ctx.plan.site.engines["dynamo"]
+    protocols, wrappers = run.facts.pd_connectors, run.facts.connector_wrappers
     out = []
     for e in _all_engines(ctx):
-        if e.launcher != "dynamo" or e.flag("--disaggregation-mode") not in ("prefill", "decode"):
+        if e.launcher != "dynamo" or protocols is None or \
+                e.flag("--disaggregation-mode") not in ("prefill", "decode"):
             continue
         top = _top_connector(e)
         names = {c.get("kv_connector") for c in e.connectors()}
-        pd = names - {top} if top in worker.multi_connector_wrappers.value else {top}
-        if not pd & set(worker.kv_connector_protocols.value):
+        pd = names - {top} if wrappers and top in wrappers.value else {top}
+        if not pd & set(protocols.value):
             out.append(Finding("dynamo-connector", e.file, e.line, e.where,
-                               f"a P/D connector Dynamo {facts.dynamo.version} has a protocol "
-                               f"for ({', '.join(worker.kv_connector_protocols.value)})",
+                               f"a P/D connector Dynamo {run.dynamo} has a protocol "
+                               f"for ({', '.join(protocols.value)})",
                                ", ".join(sorted(str(n) for n in pd)),
                                "its prefill handler raises ValueError on every request "
-                               f"({worker.kv_connector_protocols.source.split(' (')[0]})"))
+                               f"({protocols.source.split(' (')[0]})"))
     return out
 
 
-def _pipelined_peers_push(engines: list[Engine], facts: Any) -> list[Finding]:
-    """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes."""
+def _pipelined_peers_push(engines: list[Engine], plan: Plan) -> list[Finding]:
+    """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes
+    (the connector of the release running it)."""
     def nixl(e: Engine) -> set[str]:
         return {c.get("kv_connector") for c in e.connectors()} & NIXL
 
     if not any(_int(e.flag("--pipeline-parallel-size"), 1) > 1 and nixl(e)
                 for e in engines):
         return []
-    push = facts.vllm.kv_connectors.disaggregated_pipelined
-    return [Finding("engine-capability", e.file, e.line, e.where,
-                    f"{push.value} beside a prefill with pipeline stages",
-                    ", ".join(sorted(nixl(e))), push.source)
-            for e in engines if nixl(e) and nixl(e) != {push.value}]
+    out = []
+    for e in engines:
+        push = _facts_of(plan, e).pipelined_connector
+        if nixl(e) and nixl(e) != {push.value}:
+            out.append(Finding("engine-capability", e.file, e.line, e.where,
+                               f"{push.value} beside a prefill with pipeline stages",
+                               ", ".join(sorted(nixl(e))), push.source))
+    return out
 
 
 def _after(words: list[str], flag: str) -> str | None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from compiler.plan import Env, Names, Sizes
 from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
 
@@ -431,21 +432,24 @@ def test_kv_between_nvlink_domains_needs_an_rdma_transport():
 
 # --- engine-capability ----------------------------------------------------------------------
 
-def _fact(value):
-    return SimpleNamespace(value=value, source="test fact")
+def _fact(kind, value):
+    return kind(value=value, source="test fact")
 
 
-FACTS = SimpleNamespace(vllm=SimpleNamespace(
-    attention=SimpleNamespace(kernel_block_sizes={"FLASHINFER_MLA_SPARSE_DSV41": _fact([128])}),
-    moe=SimpleNamespace(fp4_format={"DeepseekV41ForCausalLM": _fact("mxfp4")},
-                        fp4_format_default=_fact("nvfp4"),
-                        accepts={"mxfp4": _fact(["flashinfer_trtllm", "marlin"])},
-                        batched={"mxfp4": _fact(["marlin"])}),
-    all2all=SimpleNamespace(batched_layout=_fact(["deepep_low_latency"]), multi_node_nvlink_env={
-        "deepep_low_latency": _fact({"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})),
-    # one fact set for every release: Dynamo's workers are checked against the same
-    dynamo=SimpleNamespace(worker=SimpleNamespace(vllm=_fact("0.31.0"))),
-    release=lambda version: None)
+# one fact set for every release: Dynamo's workers are checked against the same
+TEST_FACTS = dict(
+    kernel_block_sizes={"FLASHINFER_MLA_SPARSE_DSV41": _fact(Sizes, [128])},
+    moe_backends=_fact(Names, ["flashinfer_trtllm", "marlin"]),
+    moe_batched=_fact(Names, ["marlin"]), batched_layout=_fact(Names, ["deepep_low_latency"]),
+    multi_node_nvlink_env={"deepep_low_latency": _fact(
+        Env, {"VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL": "1"})})
+
+
+def with_facts(plan, **facts):
+    """The plan with these engine facts on every target's release."""
+    engines = {k: run.model_copy(update={"facts": run.facts.model_copy(update=facts)})
+               for k, run in plan.site.engines.items()}
+    return plan.model_copy(update={"site": plan.site.model_copy(update={"engines": engines})})
 
 
 def _flags(spec: dict, **flags: str) -> None:
@@ -471,8 +475,8 @@ def _engine(plan, files, block: str, moe: str, frontend_block: str, mnnvl: bool)
             if mnnvl:
                 _env(spec).append({"name": "VLLM_DEEPEP_LOW_LATENCY_USE_MNNVL", "value": "1"})
     edit(files, DGD, "DynamoGraphDeployment", "", change)
-    ctx = rules.context(plan, {p: t for p, t in files.items() if p.startswith("k8s/")})
-    return rules.engine_capability(ctx, FACTS)
+    k8s = {p: t for p, t in files.items() if p.startswith("k8s/")}
+    return rules.engine_capability(rules.context(with_facts(plan, **TEST_FACTS), k8s))
 
 
 def test_engine_capabilities():
@@ -494,26 +498,39 @@ def test_engine_capabilities():
     assert "decode" in found[0].where
 
 
-def test_engine_capability_reads_the_engine_catalog_by_default():
+def test_engine_capability_reads_the_plan_not_the_catalog():
+    """validate checks the engines against the facts the plan recorded for the release each
+    runs (copied from that release's fact set at compile time), never against the catalog."""
     from compiler import catalog
 
     plan, files = compiled(VR)
-    ctx = rules.context(plan, files)
-    assert rules.engine_capability(ctx) == rules.engine_capability(ctx, catalog.engines())
+    engines = catalog.engines()
+    for family, run in plan.site.engines.items():
+        release = engines.release(run.vllm)
+        assert run.facts.batched_layout.value == release.all2all.batched_layout.value, family
+        assert run.facts.moe_backends.value == release.moe.accepts["mxfp4"].value, family
+    assert plan.site.engines["dynamo"].facts.pd_connectors.value == \
+        engines.dynamo.worker.kv_connector_protocols.value
+    assert plan.site.engines["vllm"].facts.pd_connectors is None
+    assert rules.engine_capability(rules.context(plan, files)) == []
+    # a release whose sparse-MLA kernels read 512-token pages: the 256-token blocks are named
+    backend = "FLASHINFER_MLA_SPARSE_DSV41"
+    edited = with_facts(plan, kernel_block_sizes={backend: _fact(Sizes, [512])})
+    found = rules.engine_capability(rules.context(edited, files))
+    assert found and all(f.expected.endswith("[512]") and "test fact" in f.hint
+                         for f in found)
 
 
 def test_a_pipelined_prefill_and_its_peers_hand_kv_off_by_push():
     """vLLM 0.33's pull connector reads one pipeline stage: beside a PP prefill, a decode
     engine left on NixlConnector is named (its launch scripts, its pods alike)."""
-    from compiler import catalog
-
     plan, files = compiled(HGX_PP)
     assert any(i.pp > 1 for i in plan.instances)
-    assert rules.engine_capability(rules.context(plan, files), catalog.engines()) == []
+    assert rules.engine_capability(rules.context(plan, files)) == []
     decode = [p for p in files if p.startswith("vllm/decode-00/")]
     for path in decode:
         files[path] = files[path].replace('"NixlPushConnector"', '"NixlConnector"')
-    found = rules.engine_capability(rules.context(plan, files), catalog.engines())
+    found = rules.engine_capability(rules.context(plan, files))
     assert {f.file for f in found} == set(decode)
     assert all(f.got == "NixlConnector" and "NixlPushConnector" in f.expected for f in found)
 
@@ -549,14 +566,11 @@ def test_dynamo_workers_are_checked_against_the_vllm_their_release_imports():
     """A --moe-backend that vLLM 0.33 loads MXFP4 experts with, but 0.31 has no such name for
     (catalog/engines/vllm-0.31.yaml), is named on the DGD's workers (Dynamo 1.6.1 runs 0.31)
     and not in the vllm/ scripts (0.33)."""
-    from compiler import catalog
-
     plan, files = compiled(VR)
-    facts = catalog.engines()
-    assert rules.engine_capability(rules.context(plan, files), facts) == []
+    assert rules.engine_capability(rules.context(plan, files)) == []
     only_033 = "flashinfer_moe_ep_cutedsl"
     for path in [p for p in files if p == DGD or p.startswith("vllm/prefill-00/")]:
         files[path] = files[path].replace("flashinfer_trtllm", only_033)
-    found = rules.engine_capability(rules.context(plan, files), facts)
+    found = rules.engine_capability(rules.context(plan, files))
     assert found and {f.file for f in found} == {DGD}
     assert all(f.got == f"--moe-backend {only_033}" and "mxfp4" in f.expected for f in found)
