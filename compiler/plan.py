@@ -637,6 +637,19 @@ class Plan(Frozen):
         return [g.hardware for g in self.hardware.groups]
 
     @property
+    def lws_refused(self) -> str | None:
+        """Why lws/ is not emitted (None: it is). Without a router nothing sends a request to a
+        prefill engine first: the decode Service gets it, its engines prefill it themselves in
+        their small decode token budget, and the prefill instances stay idle (fresh review 5,
+        R5-01/R5-02)."""
+        if {i.role for i in self.instances} >= {"prefill", "decode"} and \
+                self.site.images.router is None:
+            return ("a prefill/decode layout without a router (site.images.router): every "
+                    "request would reach a decode engine, which prefills it itself, and the "
+                    "prefill instances would stay idle")
+        return None
+
+    @property
     def mixed(self) -> bool:
         """A fleet of two groups or more (compiler.fleet)."""
         return len(self.hardware.groups) > 1

@@ -48,13 +48,12 @@ def notices(plan: Plan) -> list[Notice]:
             f"keep {images.dynamo} or another image with vLLM {dynamo.vllm}: one rebuilt with "
             f"vLLM {plan.serving.vllm_version} cannot import dynamo.vllm (it imports "
             "get_engine_zmq_addresses, which vLLM 0.33 renamed)"))
-    disaggregated = {i.role for i in plan.instances} >= {"prefill", "decode"}
-    if disaggregated and images.router is None:
+    if plan.lws_refused:
         out.append(_notice(
             "site.images.router", "lws",
-            "a prefill/decode layout without a router: a request sent to the decode Service is "
-            "prefilled by the decode engines, and the prefill instances stay idle",
-            "set site.images.router to a vllm-router image" + (
+            f"not emitted: {plan.lws_refused}",
+            "set site.images.router to an image with vllm-router (PyPI vllm-router, built "
+            "from vllm-project/router: no image is published)" + (
                 "" if dynamo.refused else ", or serve through k8s/ (Dynamo's frontend routes "
                 "P/D)")))
     if plan.kv_pool.enabled:
@@ -149,6 +148,31 @@ def _grove_notices(plan: Plan) -> list[Notice]:
         "deployment a shorter metadata.name")]
 
 
+def _cpu_pod_notices(plan: Plan) -> list[Notice]:
+    """The pods without GPUs keep off every node of the rack manifest (their memory is the
+    engine pods'), so each Kubernetes bundle needs a node the manifest does not list (fresh
+    review 5, R5-03)."""
+    site, out = plan.site, []
+    master = [("the Mooncake master", site.mooncake_master)] if plan.kv_pool.enabled else []
+    pd = {i.role for i in plan.instances} >= {"prefill", "decode"}
+    for target, emitted, front in (
+            ("k8s", not site.engines["dynamo"].refused, "Dynamo's frontend"),
+            ("lws", not plan.lws_refused, "vllm-router" if pd else None)):
+        pods = ([(front, site.frontend)] if front else []) + master
+        if not emitted or not pods:
+            continue
+        out.append(_notice(
+            "site.scheduling", target,
+            "its pods without GPUs ("
+            + ", ".join(f"{name}: {r.cpu} CPU, {r.memory_gib:g} GiB" for name, r in pods)
+            + f") keep off the {len(plan.hardware.trays)} nodes of the rack manifest, whose "
+            "memory the engine pods take: they need a schedulable node outside it"
+            + (f" ({site.cpu_arch})" if site.cpu_arch else ""),
+            "give the cluster a CPU node besides the GPU nodes the manifest lists; until then "
+            "these pods stay Pending and nothing is served"))
+    return out
+
+
 def _cluster_notices(plan: Plan) -> list[Notice]:
     """What the cluster must give the pods, and the risks the bundle leaves to the site."""
     site, out = plan.site, []
@@ -163,6 +187,7 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
         + (tokens or "none") + ")",
         "label the namespace yourself only if your policy allows that level; nothing else "
         "runs privileged"))
+    out += _cpu_pod_notices(plan)
     if site.model_cache.kind == "pvc":
         out.append(_notice(
             "site.model_cache.pvc", "k8s",
@@ -190,6 +215,14 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             f"{site.model_cache.mount_path}",
             "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
             "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
+    if len({t for i in plan.instances for t in i.trays}) > 1:
+        out.append(_notice(
+            "rack.node_names", "vllm",
+            "the launch scripts address peers by node name (VLLM_NIXL_SIDE_CHANNEL_HOST, "
+            "--data-parallel-address, --master-addr): vLLM hands those names to the peers, "
+            "which dial them",
+            "run vllm/ where every node name resolves, on every host, to an address on the "
+            "network the engines share (DNS or /etc/hosts; fresh review 5, R5-05)"))
     if plan.mixed:
         shares = ", ".join(f"{g.name} {g.predicted.requests_per_s:g} requests/s"
                            for g in plan.hardware.groups if g.predicted)

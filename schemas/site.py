@@ -39,8 +39,9 @@ class Images(StrictModel):
                     "dynamo image's tag is not that version")
     router: str | None = Field(
         None, max_length=IMAGE_MAX, pattern=IMAGE,
-        description="An image with vllm-router (PyPI vllm-router): lws/ then fronts P/D "
-                    "engines with it; without it lws/ serves aggregated plans only by itself")
+        description="An image with vllm-router (PyPI vllm-router; none is published): lws/ "
+                    "fronts P/D engines with it, and is not emitted for a P/D plan without "
+                    "it (its decode engines would prefill every request themselves)")
 
 
 class Rdma(StrictModel):

@@ -204,6 +204,9 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
 
 
 def emit(plan: Plan) -> dict[str, str]:
+    """Nothing for a P/D plan without a router (`Plan.lws_refused`, a W901 warning)."""
+    if plan.lws_refused:
+        return {}
     comps = components(plan)
     workloads = [leader_worker_set(plan, c) for c in comps]
     services = [leader_service(plan, c) for c in comps] + router_objects(plan, comps)

@@ -76,6 +76,11 @@ class GpuNeed:
         return self.budget(capacity).utilization
 
 
+# the fixtures' site: the defaults, and a router, without which lws/ serves no P/D plan
+ROUTER_IMAGE = "registry.example.com/vllm-router:0.1.17"
+ROUTED = Site.model_validate({"images": {"router": ROUTER_IMAGE}})
+
+
 def model_info(name: str) -> ModelInfo:
     spec = catalog.model(name).spec
     return ModelInfo(
@@ -199,7 +204,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
                                                gap=0.0, seconds=0.0), racks=[],
                           considered=[]),
         predicted=None, decisions=[],
-        site=site.lower_site(Site(), catalog.model(model.name).spec, hardware, instances, pool,
+        site=site.lower_site(ROUTED, catalog.model(model.name).spec, hardware, instances, pool,
                              host_reserve(tray_dram_gib), serving.vllm_version,
                              expert_format=model.expert_format if model.moe else None),
         parsers=site.parsers(model.name)))
@@ -346,7 +351,7 @@ def vr_nvl72_site_plan() -> Plan:
     plan = vr_nvl72_plan()
     cfg = Site.model_validate({
         "images": {"dynamo": "registry.example.com/dynamo-vllm:0.33.0-dyn1.6.1",
-                   "router": "registry.example.com/vllm-router:0.1.17"},
+                   "router": ROUTER_IMAGE},
         "rdma": {"resource": "nvidia.com/cx9_rdma", "hca_names": ["mlx5_0", "mlx5_1"]},
         "model_cache": {"pvc": "models"},
         "secrets": {"hf_token": "hf-token"},

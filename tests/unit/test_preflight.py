@@ -47,8 +47,33 @@ def test_nccl_of_groups_spanning_nodes_is_named_until_the_user_sets_the_reserve(
     assert used == {0.95}  # (268.2 - 12) / 268.2 = 0.955.., rounded down
 
 
-def test_a_pd_lws_bundle_without_a_router_is_named(stock):
-    assert any(n.path == "site.images.router" and n.target == "lws" for n in notices(stock))
+def test_a_pd_plan_without_a_router_gets_no_lws_bundle(tmp_path, stock):
+    """Fresh review 5, R5-01/R5-02: without a router every request reaches a decode engine,
+    which prefills it in its decode token budget while the prefill instances idle."""
+    from targets import lws
+
+    assert stock.lws_refused is None and lws.emit(stock)
+    assert not any(n.path == "site.images.router" for n in notices(stock))
+    unrouted = _plan(tmp_path, images={"router": None})
+    assert "prefill instances would stay idle" in unrouted.lws_refused
+    assert lws.emit(unrouted) == {}
+    [n] = [n for n in notices(unrouted) if n.path == "site.images.router"]
+    assert n.target == "lws" and n.problem.startswith("not emitted") and "k8s/" in n.hint
+
+
+def test_the_pods_without_gpus_need_a_node_off_the_rack(stock):
+    """Fresh review 5, R5-03: they keep off every node of the manifest."""
+    k8s, lws = [n for n in notices(stock) if n.path == "site.scheduling"]
+    assert (k8s.target, lws.target) == ("k8s", "lws")
+    assert all("off the 18 nodes" in n.problem and "the Mooncake master: 4 CPU" in n.problem
+               and "stay Pending" in n.hint for n in (k8s, lws))
+    assert "Dynamo's frontend: 8 CPU" in k8s.problem and "vllm-router: 8 CPU" in lws.problem
+
+
+def test_the_scripts_name_their_peers_by_node_name(stock):
+    """Fresh review 5, R5-05: the names vLLM hands to the peers must resolve on the hosts."""
+    [n] = [n for n in notices(stock) if n.path == "rack.node_names"]
+    assert n.target == "vllm" and "--data-parallel-address" in n.problem
 
 
 def test_a_router_image_settles_its_notice_but_no_image_makes_dynamo_run_vllm_033(
@@ -79,7 +104,7 @@ def test_compile_prints_them_as_warnings_and_succeeds(tmp_path: Path):
                            str(VR / "deployment.yaml"), "-o", str(tmp_path / "out"),
                            "--targets", "lws"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "warning[W901] lws/ site.images.router" in proc.stderr
+    assert "warning[W901] lws/ site.scheduling" in proc.stderr
     assert "site.images.dynamo" not in proc.stderr  # k8s/ was not asked for
 
 
