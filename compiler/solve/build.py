@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import replace
+from types import MappingProxyType
 
 from compiler import graph
 from compiler.ids import gpu_id
@@ -80,7 +81,9 @@ def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
         candidates = cand.candidates(inputs, pre, w, hit, mode, guess)
         if mode == "latency":
             candidates = _fastest_decode(inputs, candidates)
-    fresh = Problem(inputs, g, domains(inputs, g), candidates, pins, mode, down, reqs)
+    fresh = Problem(inputs, g, tuple(domains(inputs, g)), tuple(candidates), tuple(pins), mode,
+                    MappingProxyType({k: frozenset(v) for k, v in down.items()}),
+                    MappingProxyType(dict(reqs)))
     return with_kept(fresh, kept, next_id)
 
 
@@ -103,8 +106,8 @@ def with_kept(p: Problem, kept: Sequence[Kept], next_id: dict[str, int] | None) 
         for key in sorted({(k.role, k.shape.name) for k in kept} - have):
             shape = next(k.shape for k in kept if (k.role, k.shape.name) == key)
             extra.append(pinned_candidate(inputs, key[0], shape, w, hit, guess))
-    return replace(p, candidates=[*p.candidates, *extra], kept=list(kept),
-                   next_id=dict(next_id or {}))
+    return replace(p, candidates=(*p.candidates, *extra), kept=tuple(kept),
+                   next_id=MappingProxyType(dict(next_id or {})))
 
 
 def _fastest_decode(inputs: Inputs, cands: list[Candidate]) -> list[Candidate]:

@@ -302,7 +302,7 @@ def place(p: Problem, wanted: list[Wanted],
             r = solved[key][2]
             results[r] = replace(results[r], domains=(*results[r].domains, d.id))
         else:
-            got = _place_domain(replace(p, domains=[d]), sub_ks)
+            got = _place_domain(replace(p, domains=(d,)), sub_ks)
             if got is None:
                 return None
             solved[key] = (gpus, got[0], len(results))

@@ -5,7 +5,9 @@ CP-SAT models in this package are deterministic functions of it.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import networkx as nx
 
@@ -65,18 +67,24 @@ class Kept:
     gpus: tuple[str, ...]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
+    """What the solver solves, built once (solve.build) and never changed: a variant (one
+    domain, the kept instances) is a new Problem (`dataclasses.replace`)."""
+
     inputs: Inputs
     graph: nx.Graph
-    domains: list[Domain]
-    candidates: list[Candidate]
-    pins: list[Pin]
+    domains: tuple[Domain, ...]
+    candidates: tuple[Candidate, ...]
+    pins: tuple[Pin, ...]
     mode: str
-    unavailable: dict[str, set[str]] = field(default_factory=dict)  # requirement key -> GPUs
-    requirements: dict[str, Requirement] = field(default_factory=dict)
-    kept: list[Kept] = field(default_factory=list)  # incremental recompile: fixed instances
-    next_id: dict[str, int] = field(default_factory=dict)  # role -> first unused id number
+    unavailable: Mapping[str, frozenset[str]] = field(
+        default_factory=lambda: MappingProxyType({}))  # requirement key -> GPUs
+    requirements: Mapping[str, Requirement] = field(
+        default_factory=lambda: MappingProxyType({}))
+    kept: tuple[Kept, ...] = ()  # incremental recompile: fixed instances
+    next_id: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({}))  # role -> first unused id number
 
     @property
     def occupied(self) -> set[str]:

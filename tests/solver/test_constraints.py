@@ -271,3 +271,18 @@ def test_an_unreachable_slo_names_the_best_value_and_where(tmp_path: Path):
     assert "the best any searched layout reaches is" in d.hint
     best = float(d.hint.split("reaches is ")[1].split()[0])
     assert 0 < best < 9_999 and "at batch 1" in d.hint
+
+
+def test_the_problem_is_frozen(tmp_path: Path):
+    """A Problem is built once; a variant (one domain, the kept instances) is a new one."""
+    import dataclasses
+
+    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+        "gpus": ["r0-t00-g1"]}}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.mode = "latency"  # type: ignore[misc]
+    assert isinstance(p.candidates, tuple) and isinstance(p.domains, tuple)
+    with pytest.raises(TypeError):
+        p.requirements["x"] = p.requirements[next(iter(p.requirements))]  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        next(iter(p.unavailable.values())).add("r0-t00-g0")  # type: ignore[attr-defined]
