@@ -216,5 +216,6 @@ ROUTING = Decision(
     why="each group is solved and predicted with its own prefill and decode instances, so each "
         "is served by its own: the Dynamo operator gives every DynamoGraphDeployment its own "
         "Dynamo namespace (deploy/operator/internal/dynamo/graph.go GetDynamoNamespace), and "
-        "rackc emits one graph per group, so no request is prefilled in one group and decoded "
+        "rackc emits one graph per group, and in lws/ one vllm-router per group whose selectors "
+        "name its group (rackc.dev/group), so no request is prefilled in one group and decoded "
         "in another")

@@ -37,6 +37,11 @@ def graph_name(deployment: str, group: str | None) -> str:
     return dns_label(deployment, group or "")
 
 
+def router_name(deployment: str, group: str | None) -> str:
+    """lws/'s vllm-router of a fleet group (one group: `<deployment>-router`)."""
+    return dns_label(deployment, group or "", "router")
+
+
 def workload_name(instance_id: str, shape: str) -> str:
     """One Kubernetes workload per instance, named `<id>-<shape>` (targets/_components.py)."""
     return dns_label(instance_id, shape)

@@ -642,11 +642,20 @@ class Plan(Frozen):
         prefill engine first: the decode Service gets it, its engines prefill it themselves in
         their small decode token budget, and the prefill instances stay idle (fresh review 5,
         R5-01/R5-02)."""
-        if {i.role for i in self.instances} >= {"prefill", "decode"} and \
-                self.site.images.router is None:
+        if not {i.role for i in self.instances} >= {"prefill", "decode"}:
+            return None
+        if self.site.images.router is None:
             return ("a prefill/decode layout without a router (site.images.router): every "
                     "request would reach a decode engine, which prefills it itself, and the "
                     "prefill instances would stay idle")
+        push = self.site.engines["vllm"].facts.pipelined_connector.value
+        if any(push in i.kv_connectors for i in self.instances):
+            return ("vllm-router (0.1.17, its latest release) rebuilds the push hand-off "
+                    "without the prefill's pp_size (src/routers/http/vllm_pd_router.rs "
+                    "build_nixl_push_decode_params), so decode would wait for one pipeline "
+                    "stage's KV and decode without the other's, and it names the request by "
+                    "its own id, so decode's heartbeats never extend the prefill's KV lease "
+                    "(fresh router review, RR-01/RR-02)")
         return None
 
     @property

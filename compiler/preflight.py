@@ -52,8 +52,10 @@ def notices(plan: Plan) -> list[Notice]:
         out.append(_notice(
             "site.images.router", "lws",
             f"not emitted: {plan.lws_refused}",
-            "set site.images.router to an image with vllm-router (PyPI vllm-router, built "
-            "from vllm-project/router: no image is published)" + (
+            ("set site.images.router to an image with vllm-router (PyPI vllm-router, built "
+             "from vllm-project/router: no image is published)" if images.router is None else
+             "serve vllm/ behind a proxy that hands decode the prefill's kv_transfer_params "
+             "whole, or compile a layout whose prefill has no pipeline stages") + (
                 "" if dynamo.refused else ", or serve through k8s/ (Dynamo's frontend routes "
                 "P/D)")))
     if plan.kv_pool.enabled:
@@ -228,8 +230,9 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
                            for g in plan.hardware.groups if g.predicted)
         out.append(_notice(
             "cluster", "k8s",
-            "each group has its own Dynamo graph and frontend (`rackc explain PLAN "
-            "routing.groups`): requests are routed within the group whose frontend they reach",
+            "each group has its own Dynamo graph and frontend, and its own vllm-router in lws/ "
+            "(`rackc explain PLAN routing.groups`): requests are routed within the group whose "
+            "frontend they reach",
             f"split traffic over the groups' frontend Services in proportion to what each is "
             f"predicted to sustain ({shares})"))
     return out

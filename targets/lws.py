@@ -37,7 +37,7 @@ from kubernetes.client import (
 )
 
 from compiler import ports
-from compiler.names import dns_label, leader_worker_set_name
+from compiler.names import dns_label, leader_worker_set_name, router_name
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
@@ -57,6 +57,7 @@ STARTUP_MARGIN_S = 600
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 API_ROLE_LABEL = "rackc.dev/serves"  # on pods that serve the API: their role
+GROUP_LABEL = "rackc.dev/group"  # and, in a mixed fleet, their group's (its router's selector)
 
 
 def _engine_command(plan: Plan) -> list[str]:
@@ -109,6 +110,8 @@ def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
     labels = _kube.labels(plan, component.name)
     if leader:
         labels[API_ROLE_LABEL] = component.role
+        if plan.mixed:
+            labels[GROUP_LABEL] = component.instances[0].group or ""
     return _kube.pod_template(spec, labels_=labels)
 
 
@@ -158,23 +161,47 @@ def leader_service(plan: Plan, component: Component) -> dict:
 def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
     """vllm-router in P/D mode with Kubernetes discovery of the prefill and decode leaders
     (vllm-project/router docs/environment/kubernetes.md), its ServiceAccount, the Role that
-    lets it watch pods, and its Service. Only with `site.images.router`."""
+    lets it watch pods, and its Service. Only with `site.images.router`. A mixed fleet gets one
+    per group, discovering only its group's leaders (`routing.groups`): each group was solved
+    and predicted with its own prefill and decode instances, so none is paired across groups."""
+    groups = [g.name for g in plan.hardware.groups] if plan.mixed else [None]
+    out: list[dict] = []
+    for group in groups:
+        mine = [c for c in comps if group is None or c.instances[0].group == group]
+        out += _router(plan, group, mine)
+    return out
+
+
+def _router(plan: Plan, group: str | None, comps: list[Component]) -> list[dict]:
     prefill = [c for c in comps if c.role == "prefill"]
     decode = [c for c in comps if c.role == "decode"]
     image = plan.site.images.router
     if not (image and prefill and decode):
         return []
-    name = dns_label(plan.serving.name, "router")
+    name = router_name(plan.serving.name, group)
     ns = plan.serving.namespace
     selector = _kube.labels(plan, "router")
+    if group is not None:
+        selector[GROUP_LABEL] = group
     args = ["--vllm-pd-disaggregation", "--service-discovery",
             "--service-discovery-namespace", ns, "--service-discovery-port", str(ports.ENGINE_API)]
     for flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
-        args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}"]
-    args += ["--host", "0.0.0.0", "--port", str(ports.ROUTER_HTTP)]
+        args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}",
+                 *([f"{GROUP_LABEL}={group}"] if group is not None else [])]
+    # prefill by prefix (cache_aware, the default); decode by load: it takes the prompt's KV
+    # from prefill, and cache_aware would ask every decode server to tokenize each request
+    # (docs/model-routing/pd-disaggregation.md "Policy Recommendations")
+    args += ["--decode-policy", "power_of_two", "--host", "0.0.0.0",
+             "--port", str(ports.ROUTER_HTTP)]
+    # /readiness answers once a healthy prefill and a healthy decode are discovered, /health
+    # even with none (src/routers/http/pd_router.rs readiness, health; src/server.rs)
     container = V1Container(
         name="router", image=image, command=["vllm-router"], args=args,
         ports=[V1ContainerPort(name="http", container_port=ports.ROUTER_HTTP)],
+        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readiness", port="http"),
+                                period_seconds=PROBE_PERIOD_S),
+        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/liveness", port="http"),
+                               period_seconds=30, failure_threshold=3),
         resources=_kube.requirements(plan, plan.site.frontend),
         security_context=_kube.security_context(plan, "router"))
     pod = V1PodSpec(service_account_name=name, containers=[container],
@@ -183,7 +210,7 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
                     priority_class_name=plan.site.priority_class,
                     tolerations=_kube.tolerations(plan),
                     node_selector=_kube.cpu_node_selector(plan))
-    meta = _kube.metadata(plan, name, "router")
+    meta = V1ObjectMeta(name=name, namespace=ns, labels=selector)
     return [_kube.to_dict(x) for x in (
         V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),
         V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role", metadata=meta,

@@ -42,7 +42,7 @@ Rules and where their facts come from:
   worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py;
   the plan's site.engines.dynamo.facts.pd_connectors).
 - capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
-  per-instance-placement:
+  per-instance-placement, pd-within-group:
   compiler/validate/workloads.py says where each comes from.
 - engine-matches-plan: every engine is a plan instance's, with its numbers
   (compiler/validate/engine_plan.py); pool-matches-plan: each Mooncake client file registers the
@@ -665,6 +665,7 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "per-instance-placement": "E838",
     "engine-matches-plan": "E839",
     "pool-matches-plan": "E840",
+    "pd-within-group": "E841",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-memory",
                         "host-ports-per-node"})
@@ -685,6 +686,7 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
     (dynamo_connector, frozenset({"dynamo-connector"})),
     (workloads.per_instance_placement, frozenset({"per-instance-placement"})),
+    (workloads.pd_within_group, frozenset({"pd-within-group"})),
     (engine_plan.engine_matches_plan, frozenset({"engine-matches-plan"})),
     (pool_plan.pool_matches_plan, frozenset({"pool-matches-plan"})),
 )

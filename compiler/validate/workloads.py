@@ -21,6 +21,13 @@ it fits. Pure, as compiler.validate.rules (which registers them):
   the Engram shard map and `compile --from` rely on); replicas of one pod template share one
   node affinity, over which the scheduler (Grove, LWS) spreads them in any order. So every
   engine workload is one instance (one replica) whose affinity names exactly its trays.
+- pd-within-group: a mixed fleet's groups are solved and predicted each with its own prefill
+  and decode instances (`routing.groups`), so every prefill/decode pair stays in one group. A
+  Dynamo frontend pairs any prefill and decode worker of its graph (the operator gives each
+  DynamoGraphDeployment its own Dynamo namespace: deploy/operator/internal/dynamo/graph.go
+  GetDynamoNamespace), and a vllm-router any leader its prefill and decode selectors discover
+  (vllm-project/router docs/environment/kubernetes.md): the workers of one graph, and the
+  leaders one router selects, run on the nodes of one group (fresh review 3, S3-10).
 - cpu-pods-arch: pods without GPUs require the `kubernetes.io/arch` the plan gives them
   (`site.cpu_arch`), or none: on NVL72 the only arm64 nodes may be the trays they keep off.
 """
@@ -297,4 +304,72 @@ def cpu_pods_arch(ctx: "Context") -> list[Finding]:
                     f"kubernetes.io/arch {', '.join(sorted(arches))}",
                     "pods without GPUs keep off the trays; forcing the rack's arch too leaves "
                     "them Pending where the trays are the only nodes of it"))
+    return out
+
+
+def _selector_after(words: list[str], flag: str) -> dict[str, str]:
+    """The `key=value` words after `flag` up to the next option (vllm-router's selectors)."""
+    if flag not in words:
+        return {}
+    out = {}
+    for word in words[words.index(flag) + 1:]:
+        if word.startswith("--") or "=" not in word:
+            break
+        key, value = word.split("=", 1)
+        out[key] = value
+    return out
+
+
+def _leaders(b: "Bundle") -> list[tuple[dict[str, Any], set[str]]]:
+    """(pod labels, pinned nodes) of each LeaderWorkerSet's leader pods."""
+    out = []
+    for o in b.objs:
+        if o.kind != "LeaderWorkerSet":
+            continue
+        lwt = ((o.doc.get("spec") or {}).get("leaderWorkerTemplate") or {})
+        template = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        out.append((labels, _pinned_nodes(template.get("spec") or {})))
+    return out
+
+
+def pd_within_group(ctx: "Context") -> list[Finding]:
+    if not ctx.plan.mixed:
+        return []
+    group_of = {t.node_name: g.name for g in ctx.plan.hardware.groups for t in g.hardware.trays}
+    out = []
+
+    def groups(nodes: set[str]) -> set[str]:
+        return {group_of[n] for n in nodes if n in group_of}
+
+    for b in ctx.bundles:
+        graphs: dict[Any, set[str]] = {}
+        for g in b.groups:
+            if g.obj.kind == "DynamoGraphDeployment" and g.pods and not _cpu_only(g):
+                graphs.setdefault(g.obj, set()).update(groups(_pinned_nodes(g.spec)))
+        for obj, found in graphs.items():
+            if len(found) > 1:
+                out.append(Finding("pd-within-group", obj.file, obj.line, obj.label,
+                                   "the workers of one fleet group per graph",
+                                   f"workers on groups {', '.join(sorted(found))}",
+                                   "its frontend pairs any prefill with any decode worker of "
+                                   "the graph, across groups that were solved apart"))
+        leaders = _leaders(b)
+        for g in b.groups:
+            for c in g.spec.get("containers") or []:
+                words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+                if "vllm-router" not in words:
+                    continue
+                found = set()
+                for flag in ("--prefill-selector", "--decode-selector"):
+                    want = _selector_after(words, flag)
+                    for labels, nodes in leaders:
+                        if want and all(labels.get(k) == v for k, v in want.items()):
+                            found |= groups(nodes)
+                if len(found) > 1:
+                    out.append(_finding(
+                        "pd-within-group", g, "prefill and decode leaders of one fleet group",
+                        f"selectors matching leaders of groups {', '.join(sorted(found))}",
+                        "the router pairs any prefill with any decode leader it discovers, "
+                        "across groups that were solved apart"))
     return out

@@ -61,9 +61,12 @@ def files(case: str) -> dict[str, str]:
 
 
 def refused(case: str, folder: str) -> bool:
-    """The Dynamo targets emit nothing for a plan Dynamo cannot serve (S3-02): say so, and
-    there is nothing further to check."""
-    if folder not in ("k8s", "dynamo") or not plan_of(case).site.engines["dynamo"].refused:
+    """The Dynamo targets emit nothing for a plan Dynamo cannot serve (S3-02), nor lws/ for a
+    P/D plan its router cannot serve (`Plan.lws_refused`): say so, and there is nothing
+    further to check."""
+    plan = plan_of(case)
+    if not (folder in ("k8s", "dynamo") and plan.site.engines["dynamo"].refused
+            or folder == "lws" and plan.lws_refused):
         return False
     assert not any(p.startswith(f"{folder}/") for p in files(case))
     return True

@@ -150,3 +150,16 @@ def test_the_token_sentence_names_the_pods_that_mount_one(stock):
     """Fresh review R4-03: the frontend and Dynamo's workers mount theirs."""
     [n] = [n for n in notices(stock) if n.path == "site.security"]
     assert "frontend" in n.problem and "dynamo-engine" in n.problem
+
+
+def test_a_pipelined_prefill_gets_no_lws_bundle_behind_vllm_router():
+    """Fresh router review RR-01/RR-02: vllm-router 0.1.17 rebuilds the push hand-off without
+    the prefill's pp_size, so decode would read one stage's KV; the PP example gets no lws/."""
+    from targets import lws
+
+    plan = api.compile(ROOT / "examples" / "hgx-h200-x4-deepseek-v3-128k-pp" / "deployment.yaml",
+                       only=()).plan
+    assert plan.site.images.router and any(i.pp > 1 for i in plan.instances)
+    assert "pp_size" in plan.lws_refused and lws.emit(plan) == {}
+    [n] = [n for n in notices(plan) if n.path == "site.images.router"]
+    assert "kv_transfer_params" in n.hint and "k8s/" not in n.hint  # Dynamo refuses it too

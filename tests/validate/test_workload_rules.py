@@ -135,7 +135,7 @@ def test_dynamo_refuses_a_pipelined_prefill():
     plan, files = compiled(HGX_PP)
     assert "NixlPushConnector" in plan.site.engines["dynamo"].refused
     assert not any(p.startswith(("k8s/", "dynamo/")) for p in files)
-    assert plan.site.engines["vllm"].refused is None and any(p.startswith("lws/") for p in files)
+    assert plan.site.engines["vllm"].refused is None and any(p.startswith("vllm/") for p in files)
 
 
 def test_each_instance_is_its_own_workload_on_its_own_trays():
@@ -195,3 +195,30 @@ def test_kubernetes_validate_parses_each_schema_file_once():
     assert after.misses == before.misses and after.hits == before.hits + 2
     [(where, message)] = kube.builtin_errors({**service, "spec": {"prots": []}})
     assert "prots" in message and where
+
+
+MIXED = "mixed-gb300-vr-deepseek-v4.1-flash"
+
+
+def test_prefill_decode_pairs_stay_in_their_fleet_group():
+    """S3-10: a graph whose workers run on two groups, or a router whose selectors discover
+    the leaders of both, pairs a prefill of one group with a decode of the other."""
+    plan, files = compiled(MIXED)
+    assert plan.mixed and not fired(plan, files, "pd-within-group")
+    graphs = list(yaml.safe_load_all(files[DGD]))
+    moved = graphs[1]["spec"]["components"].pop()
+    assert moved["type"] in ("prefill", "decode")
+    graphs[0]["spec"]["components"].append(moved)
+    merged = {**files, DGD: yaml.safe_dump_all(graphs, sort_keys=False)}
+    [finding] = fired(plan, merged, "pd-within-group")
+    assert finding.where.startswith("DynamoGraphDeployment") and "gb300-a, vr-a" in finding.got
+
+    lws = "lws/leaderworkersets.yaml"
+
+    def fleet_wide(router: dict) -> None:
+        args = main(router["spec"]["template"]["spec"])["args"]
+        router["spec"]["template"]["spec"]["containers"][0]["args"] = [
+            a for a in args if not a.startswith("rackc.dev/group=")]
+    edit(files, lws, "Deployment", "gb300-a-router", fleet_wide)
+    [finding] = fired(plan, files, "pd-within-group")
+    assert "router" in finding.where and "gb300-a, vr-a" in finding.got
