@@ -120,6 +120,9 @@ class Draft(StrictModel):
     top_k: Annotated[int, bounded(4096)] | None = None
     target_layers: Annotated[int, bounded(16, least=0)] = Field(
         0, description="Target layers whose hidden states the draft reads (main projection)")
+    index_share: bool = Field(
+        False, description="MTP passes after the first reuse the first pass's indexer top-k "
+                           "(config.json index_share_for_mtp_iteration)")
 
 
 class Vision(StrictModel):

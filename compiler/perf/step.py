@@ -603,7 +603,10 @@ def _draft_us(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> fl
     if d.method != "dspark":
         _layers(ctx, draft, shape, batch, 1, kv_len, prefill=False, count=d.layers)
         _lm_head(ctx, draft, shape, round(batch))
-        return draft.us * k
+        # index_share_for_mtp_iteration: pass 0 computes the MTP layer's own top-k and the
+        # later passes skip its indexer (vLLM v1/spec_decode/llm_base_proposer.py set_skip_topk)
+        shared = (k - 1) * draft.breakdown["indexer"] if d.index_share else 0.0
+        return draft.us * k - shared
     m = ctx.model
     moe = m.moe.model_copy(update={"experts": d.experts or m.moe.experts,
                                    "top_k": d.top_k or m.moe.top_k, "redundant_experts": 0})

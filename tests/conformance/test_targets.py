@@ -65,8 +65,8 @@ def refused(case: str, folder: str) -> bool:
     P/D plan its router cannot serve (`Plan.lws_refused`): say so, and there is nothing
     further to check."""
     plan = plan_of(case)
-    if not (folder in ("k8s", "dynamo") and plan.site.engines["dynamo"].refused
-            or folder == "lws" and plan.lws_refused):
+    if not ((folder in ("k8s", "dynamo") and plan.site.engines["dynamo"].refused)
+            or (folder == "lws" and plan.lws_refused)):
         return False
     assert not any(p.startswith(f"{folder}/") for p in files(case))
     return True

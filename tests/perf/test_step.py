@@ -164,3 +164,24 @@ def test_shared_index_layers_run_no_indexer():
     every = m.model_copy(update={"attention": m.attention.model_copy(update={
         "indexer": m.attention.indexer.model_copy(update={"source_layers": None})})})
     assert _indexer_layers(every, m.layers, None, None, None) == m.layers
+
+
+def test_mtp_passes_after_the_first_reuse_the_indexer_top_k(h200):
+    """GLM-5.2's index_share_for_mtp_iteration: of k MTP passes only the first runs the MTP
+    layer's indexer (vLLM v1/spec_decode/llm_base_proposer.py), so k passes cost k full passes
+    less k - 1 indexers; without the flag every pass runs it."""
+    from compiler.perf.step import StepTime, _draft_us, _layers
+
+    glm = catalog.model("glm-5.2").spec
+    assert glm.draft.index_share
+    shared = dataclasses.replace(h200, model=glm, draft_tokens=3)
+    own = dataclasses.replace(h200, model=glm.model_copy(update={
+        "draft": glm.draft.model_copy(update={"index_share": False})}), draft_tokens=3)
+    shape = parse_shape("TP8")
+    per_pass = _draft_us(dataclasses.replace(own, draft_tokens=1), shape, 16, 8192)
+    mtp_layer = StepTime()
+    _layers(own, mtp_layer, shape, 16, 1, 8192, prefill=False, count=1)
+    indexer = mtp_layer.breakdown["indexer"]
+    assert indexer > 0
+    assert _draft_us(own, shape, 16, 8192) == pytest.approx(3 * per_pass)
+    assert _draft_us(shared, shape, 16, 8192) == pytest.approx(3 * per_pass - 2 * indexer)
