@@ -637,12 +637,17 @@ class Plan(Frozen):
         return [g.hardware for g in self.hardware.groups]
 
     @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode instances (P/D), not aggregated ones alone."""
+        return {i.role for i in self.instances} >= {"prefill", "decode"}
+
+    @property
     def lws_refused(self) -> str | None:
         """Why lws/ is not emitted (None: it is). Without a router nothing sends a request to a
         prefill engine first: the decode Service gets it, its engines prefill it themselves in
         their small decode token budget, and the prefill instances stay idle (fresh review 5,
         R5-01/R5-02)."""
-        if not {i.role for i in self.instances} >= {"prefill", "decode"}:
+        if not self.disaggregated:
             return None
         if self.site.images.router is None:
             return ("a prefill/decode layout without a router (site.images.router): every "

@@ -156,11 +156,10 @@ def _cpu_pod_notices(plan: Plan) -> list[Notice]:
     review 5, R5-03)."""
     site, out = plan.site, []
     master = [("the Mooncake master", site.mooncake_master)] if plan.kv_pool.enabled else []
-    pd = {i.role for i in plan.instances} >= {"prefill", "decode"}
     each = f"{len(plan.hardware.groups)} x " if plan.mixed else ""  # one per fleet group
     for target, emitted, front in (
             ("k8s", not site.engines["dynamo"].refused, f"{each}Dynamo's frontend"),
-            ("lws", not plan.lws_refused, f"{each}vllm-router" if pd else None)):
+            ("lws", not plan.lws_refused, f"{each}vllm-router" if plan.disaggregated else None)):
         pods = ([(front, site.frontend)] if front else []) + master
         if not emitted or not pods:
             continue

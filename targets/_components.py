@@ -52,6 +52,16 @@ def _key(plan: Plan, i: Instance) -> _Key:
                 i.max_batch, i.max_batched_tokens)
 
 
+def by_group(plan: Plan, comps: tuple[Component, ...]
+             ) -> list[tuple[str | None, list[Component]]]:
+    """(fleet group, its components) per group of a mixed fleet, else (None, all of them):
+    each group is served by its own frontend or router (`routing.groups`)."""
+    if not plan.mixed:
+        return [(None, list(comps))]
+    return [(g.name, [c for c in comps if c.instances[0].group == g.name])
+            for g in plan.hardware.groups]
+
+
 def components(plan: Plan) -> tuple[Component, ...]:
     def key(instance: Instance) -> _Key:
         return _key(plan, instance)

@@ -113,8 +113,7 @@ def _slo_rows(plan: Plan) -> list[list[str]]:
 def _decision(plan: Plan) -> list[str]:
     p, s = plan.prediction, plan.solver
     gpus = sum(len(i.gpus) for i in plan.instances)
-    roles = {i.role for i in plan.instances}
-    mode = "disaggregated (prefill and decode instances)" if roles >= {"prefill", "decode"} \
+    mode = "disaggregated (prefill and decode instances)" if plan.disaggregated \
         else "aggregated (each instance prefills and decodes)"
     out = [f"<p>Chosen: <b>{escape(mode)}</b> on {gpus} GPUs, goodput "
            f"<b>{s.objective:g} requests/s</b> at the SLO; CP-SAT status {escape(s.status)} "

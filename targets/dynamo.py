@@ -20,7 +20,7 @@ from compiler import ports
 from compiler.names import graph_name
 from compiler.plan import Plan
 from targets import _kube
-from targets._components import Component, components
+from targets._components import Component, by_group, components
 from targets._engine import engine_args, engine_env
 from targets._errors import TargetError
 from targets._yaml import compact_json, dump_documents
@@ -131,11 +131,8 @@ def graph_deployments(plan: Plan) -> list[dict]:
     GetDynamoNamespace -> ComputeDynamoNamespace), in which its frontend discovers workers: a
     mixed fleet's groups are routed each by its own frontend, so every prefill/decode pair stays
     in the group that was solved and predicted with it (`routing.groups`)."""
-    comps = components(plan)
-    groups = [g.name for g in plan.hardware.groups] if plan.mixed else [None]
     out = []
-    for group in groups:
-        mine = [c for c in comps if group is None or c.instances[0].group == group]
+    for group, mine in by_group(plan, components(plan)):
         name = graph_name(plan.serving.name, group)
         out.append({
             "apiVersion": "nvidia.com/v1beta1",

@@ -41,7 +41,7 @@ from compiler.names import dns_label, leader_worker_set_name, router_name
 from compiler.plan import Plan
 from targets import _kube
 from targets._bundle import bundle
-from targets._components import Component, components
+from targets._components import Component, by_group, components
 from targets._engine import engine_args, engine_env, multinode_flags, parser_flags
 from targets._shell import exec_command
 
@@ -164,12 +164,7 @@ def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
     lets it watch pods, and its Service. Only with `site.images.router`. A mixed fleet gets one
     per group, discovering only its group's leaders (`routing.groups`): each group was solved
     and predicted with its own prefill and decode instances, so none is paired across groups."""
-    groups = [g.name for g in plan.hardware.groups] if plan.mixed else [None]
-    out: list[dict] = []
-    for group in groups:
-        mine = [c for c in comps if group is None or c.instances[0].group == group]
-        out += _router(plan, group, mine)
-    return out
+    return [obj for group, mine in by_group(plan, comps) for obj in _router(plan, group, mine)]
 
 
 def _router(plan: Plan, group: str | None, comps: list[Component]) -> list[dict]:

@@ -78,10 +78,8 @@ class Problem:
     candidates: tuple[Candidate, ...]
     pins: tuple[Pin, ...]
     mode: str
-    unavailable: Mapping[str, frozenset[str]] = field(
-        default_factory=lambda: MappingProxyType({}))  # requirement key -> GPUs
-    requirements: Mapping[str, Requirement] = field(
-        default_factory=lambda: MappingProxyType({}))
+    unavailable: Mapping[str, frozenset[str]]  # requirement key -> GPUs
+    requirements: Mapping[str, Requirement]
     kept: tuple[Kept, ...] = ()  # incremental recompile: fixed instances
     next_id: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({}))  # role -> first unused id number
