@@ -109,25 +109,26 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
 
 
 def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
-                chunk: int) -> Candidate:
+                chunk: int, max_seqs: int = PREFILL_MAX_SEQS) -> Candidate:
     ctx = context(inputs, engram_gpus, "prefill", shape)
     new, cached = w.isl * (1 - hit), w.isl * hit
-    chunk_step = prefill_step(ctx, shape, chunk, max(1.0, new), cached)
+    tokens = serving.prefill_step_tokens(chunk, max_seqs, new)
+    chunk_step = prefill_step(ctx, shape, tokens, max(1.0, new), cached)
     step = chunk_step.us
     transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
 
     def ttft(rho: float, q: float) -> float:
-        return serving.ttft_us(step, chunk, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us,
+        return serving.ttft_us(step, tokens, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us,
                                isl=w.isl)
 
     utilisation = _utilisation_for_ttft(inputs, ttft)
     reach = (("ttft_ms_p50", ttft(0.0, 0.5) / 1e3), ("ttft_ms_p90", ttft(0.0, 0.9) / 1e3))
     if utilisation <= 0:
-        return Candidate("prefill", shape, 0.0, PREFILL_MAX_SEQS, chunk, step,
+        return Candidate("prefill", shape, 0.0, max_seqs, chunk, step,
                          f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
                          "token, over the TTFT SLO", "", reach)
-    rps = shape.dp * chunk / step * 1e6 / max(1.0, new) * utilisation
-    return Candidate("prefill", shape, rps, PREFILL_MAX_SEQS, chunk, step, "", "", reach)
+    rps = shape.dp * tokens / step * 1e6 / max(1.0, new) * utilisation
+    return Candidate("prefill", shape, rps, max_seqs, chunk, step, "", "", reach)
 
 
 def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
@@ -205,11 +206,14 @@ def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: 
     that meets the SLO), so that a layout pinned as compile chose it gets the same limits;
     where even one request misses the SLO, the largest batch its KV holds."""
     if role == "prefill":
-        c = _prefill_at(inputs, shape, w, hit, guess, max_batched_tokens) \
-            if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
-        if max_batched_tokens:
-            c = replace(c, why=f"{max_batched_tokens:,} tokens per rank, pinned")
-        return replace(c, max_batch=max_batch) if max_batch else c
+        chosen = None if max_batched_tokens else prefill_candidate(inputs, shape, w, hit, guess)
+        if chosen is not None and not max_batch:
+            return chosen
+        chunk = max_batched_tokens or chosen.max_batched_tokens
+        c = _prefill_at(inputs, shape, w, hit, guess, chunk, max_batch or PREFILL_MAX_SEQS)
+        pinned = ([f"{chunk:,} tokens per rank"] if max_batched_tokens else []) \
+            + ([f"{max_batch} requests per step"] if max_batch else [])
+        return replace(c, why=", ".join(pinned) + ", pinned")
     if role == "aggregated":
         c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens)
         if c.requests_per_s <= 0 and c.max_batch:
@@ -235,7 +239,8 @@ def layout_goodput(inputs: Inputs, layouts: list[Layout], w: Workload, hit: floa
     for x in layouts:
         if x.role == "prefill":
             c = _prefill_at(inputs, x.shape, w, hit, guess,
-                            x.max_batched_tokens or PREFILL_CHUNK_TOKENS)
+                            x.max_batched_tokens or PREFILL_CHUNK_TOKENS,
+                            x.max_batch or PREFILL_MAX_SEQS)
         elif x.role == "decode":
             c = decode_candidate(inputs, x.shape, w, x.max_batch, enforce_slo=False)
         else:

@@ -155,6 +155,14 @@ def arrival_sync(service_us: float, cycle_sd_us: float, closed_loop: bool = True
     return 1.0 if window <= service_us else service_us / window
 
 
+def prefill_step_tokens(budget: int, max_seqs: int, new: float) -> int:
+    """Prompt tokens a prefill step holds at most: the token budget
+    (--max-num-batched-tokens), or `max_seqs` whole prompts where they are shorter, since the
+    scheduler runs at most --max-num-seqs requests at once (vLLM v1/core/sched/scheduler.py:
+    a waiting request is admitted only while len(running) < max_num_seqs)."""
+    return max(1, min(budget, math.ceil(max_seqs * max(new, 1.0))))
+
+
 def co_batched_tokens(clients_per_rank: float, new: float, budget: int, sync: float) -> float:
     """Prompt tokens in the step that prefills a request: its own (up to the token budget)
     and those of the rank's other clients that arrive with it."""
@@ -182,13 +190,13 @@ class _PrefillAt:
     significant digits, so a fixed point does not recompute them; a full chunk exactly, as
     the solver's candidates cost it)."""
 
-    def __init__(self, g: Group, new: float, cached: float, chunk_us: float):
+    def __init__(self, g: Group, new: float, cached: float, chunk_us: float, full: int):
         self.g, self.new, self.cached = g, new, cached
         self.seen: dict[int, float] = {}
-        self.chunk_us = chunk_us
+        self.chunk_us, self.full = chunk_us, full
 
     def step_us(self, tokens: float) -> float:
-        if tokens == self.g.max_batched_tokens:
+        if tokens == self.full:
             return self.chunk_us
         key = max(1, int(float(f"{max(1.0, tokens):.3g}")))
         if key not in self.seen:
@@ -232,8 +240,10 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     ctx = decode[0].ctx
     kv_len = w.isl + w.osl / 2
     cached, new = w.isl * hit, w.isl * (1 - hit)
-    p_steps = {id(g): _prefill_time(g, g.max_batched_tokens, new, cached) for g in prefill}
-    p_cap = sum(g.ranks * g.max_batched_tokens / p_steps[id(g)].us for g in prefill)  # tok/us
+    p_tokens = {id(g): prefill_step_tokens(g.max_batched_tokens, g.max_batch, new)
+                for g in prefill}
+    p_steps = {id(g): _prefill_time(g, p_tokens[id(g)], new, cached) for g in prefill}
+    p_cap = sum(g.ranks * p_tokens[id(g)] / p_steps[id(g)].us for g in prefill)  # tok/us
     d_ranks = sum(g.ranks for g in decode)
     max_slots = sum(g.ranks * g.max_batch for g in decode)
 
@@ -250,24 +260,25 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     p_ranks = sum(g.ranks for g in prefill)
     # the clients that cycle through a prefill rank: at most what decode holds at once
     clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
-    at_size = _PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us)
+    full = p_tokens[id(prefill[0])]
+    at_size = _PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us, full)
 
     def ttft(rate: float, q: float, decode_us: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
         g = prefill[0]
         step = p_steps[id(g)]
-        hold = request_hold_us(step.us, g.max_batched_tokens, new)
+        hold = request_hold_us(step.us, full, new)
         # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
         ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) * hold
-        alone = at_size.own_us(min(new, g.max_batched_tokens))
+        alone = at_size.own_us(min(new, full))
         sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
                             w.closed_loop)
-        tokens = co_batched_tokens(clients, new, g.max_batched_tokens, sync)
+        tokens = co_batched_tokens(clients, new, full, sync)
         floor = at_size.per_token_us(tokens) * new * clients - decode_us
         # a prompt at quantile q's length, in a step with the others that arrive with it
         mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
-        size = min(g.max_batched_tokens, max(tokens, mine))
-        return ttft_us(step.us, g.max_batched_tokens, new, w.isl_cv, transfer, rho, q,
+        size = min(full, max(tokens, mine))
+        return ttft_us(step.us, full, new, w.isl_cv, transfer, rho, q,
                        step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
 
     state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
@@ -289,11 +300,15 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     _, steps = decode_at(state.batch)
     slowest = max(steps.values(), key=lambda st: st.us)
     decode_us = decode_steps(w, ctx) * slowest.us
-    return _finish(w, state, slowest, ttft(state.rate, 0.5, decode_us),
-                   ttft(state.rate, 0.9, decode_us), hit,
+    full_at = min(p_cap * MAX_UTILISATION / max(new, 1.0),
+                  max_slots / decode_us if decode_us > 0 else float("inf"))
+    held = held_back_us(w, state.rate, full_at, decode_us)
+    return _finish(w, state, slowest, max(ttft(state.rate, 0.5, decode_us), held),
+                   max(ttft(state.rate, 0.9, decode_us), held), hit,
                    power_w, total_gpus, ctx,
                    [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
-                   + [_prefill_row(g, p_steps[id(g)], new) for g in prefill],
+                   + [_prefill_row(g, p_steps[id(g)], p_tokens[id(g)], new)
+                      for g in prefill],
                    {"decode": steps[id(decode[0])].rounded(),
                     "prefill": p_steps[id(prefill[0])].rounded()},
                    state.rate * new / p_cap if p_cap else 0.0)
@@ -320,7 +335,7 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         if g.shape.dp > 1 else per_token
     steps = decode_steps(w, ctx)
     clients = min(w.concurrency / ranks, g.max_batch)  # at most what a rank decodes at once
-    at_size = _PrefillAt(g, new, cached, chunk.us)
+    at_size = _PrefillAt(g, new, cached, chunk.us, g.max_batched_tokens)
 
     def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
         """(mixed step as a decoding user sees it, decode us per request, TTFT P50, TTFT P90,
@@ -386,11 +401,27 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         state = nxt
         if settled:
             break
-    step, _, ttft50, ttft90, rho, _ = at(state)
+    step, decode_us, ttft50, ttft90, rho, limit = at(state)
+    held = held_back_us(w, state.rate, min(limit, g.max_batch / decode_us if decode_us > 0
+                                           else float("inf")), decode_us, ranks)
+    ttft50, ttft90 = max(ttft50, held), max(ttft90, held)
     total = _State(state.rate * ranks, state.batch)
     return _finish(w, total, step, ttft50, ttft90, hit, power_w, total_gpus, ctx,
                    [_row(x, state.batch, step, "decode_step_us") for x in groups],
                    {"decode": step.rounded(), "prefill": chunk.rounded()}, rho)
+
+
+def held_back_us(w: Workload, rate: float, full_at: float, decode_us: float,
+                 ranks: int = 1) -> float:
+    """Time to first token that a closed loop's clients spend queued when the deployment runs
+    at a physical limit (`full_at` requests/us: its prefill capacity or its decode slots):
+    by Little's law each client's cycle, TTFT plus decode, is concurrency / rate, so what the
+    steps do not account for is waiting (for a prefill rank, or in the engine's waiting queue
+    for a --max-num-seqs slot). Zero below the limit, where the fixed point already holds.
+    `rate` and `full_at` per rank of `ranks` that share the clients evenly."""
+    if not w.closed_loop or rate <= 0 or rate < full_at * (1 - 1e-3):
+        return 0.0
+    return max(0.0, w.concurrency / ranks / rate - decode_us)
 
 
 def decode_steps(w: Workload, ctx: PerfContext) -> float:
@@ -456,8 +487,8 @@ def per_user_rates(ctx: PerfContext, step: StepTime, batch: float, w: Workload
     return per_user, per_user / (1 + Z90 * cv)
 
 
-def _prefill_row(g: Group, st: StepTime, new: float) -> dict:
-    prompt = request_hold_us(st.us, g.max_batched_tokens, new) + st.fill_us
+def _prefill_row(g: Group, st: StepTime, tokens: int, new: float) -> dict:
+    prompt = request_hold_us(st.us, tokens, new) + st.fill_us
     row = {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
            "chunk_tokens": g.max_batched_tokens, "prefill_step_us": round(st.us, 1),
            "prompt_us": round(prompt, 1)}

@@ -174,3 +174,41 @@ def test_saturated_data_parallel_prefill_loses_nothing_to_imbalance(h200):
     chunk_us = serving.prefill_step(g.ctx, g.shape, 16384, 4096, 0.0).us
     alone = 2 * 16384 / chunk_us * 1e6 / 4096  # requests/s of two full ranks
     assert p.requests_per_s > 0.9 * alone
+
+
+def test_a_prefill_step_holds_at_most_max_num_seqs_prompts(h200):
+    """vLLM schedules at most --max-num-seqs requests at once: a prefill pinned to one request
+    runs steps of one prompt, not of its whole token budget, and sustains one prompt per
+    step per rank."""
+    inputs, w = h200
+    one = [Layout("prefill", parse_shape("DEP2"), 1, max_batch=1),
+           Layout("decode", parse_shape("DEP4"), 1)]
+    assert serving.prefill_step_tokens(16384, 1, 1024) == 1024
+    assert serving.prefill_step_tokens(16384, 64, 1024) == 16384
+    w = replace(w, isl=1024, osl=1, concurrency=4096)
+    p = predict_layout(inputs, one, w)
+    g = groups(inputs, one, w)[0]
+    step_us = serving.prefill_step(g.ctx, g.shape, 1024, 1024, 0.0).us
+    assert p.instances[-1]["prefill_step_us"] == pytest.approx(step_us, rel=1e-3)
+    assert p.requests_per_s <= 2 / step_us * 1e6 * (1 + 1e-3)
+    full = [replace(one[0], max_batch=None), one[1]]  # 64 prompts: full 16,384-token steps
+    assert p.requests_per_s < 0.8 * predict_layout(inputs, full, w).requests_per_s
+
+
+SMALL_DECODE = [Layout("prefill", parse_shape("DEP2"), 2), Layout("decode", parse_shape("DEP4"), 1,
+                                                                   max_batch=2)]
+SMALL_AGG = [Layout("aggregated", parse_shape("DEP8"), 1, max_batch=2)]
+
+
+@pytest.mark.parametrize("layout", [AGG, DISAGG, SMALL_DECODE, SMALL_AGG],
+                         ids=["aggregated", "disaggregated", "few-slots", "few-slots-agg"])
+@pytest.mark.parametrize("concurrency", [4, 64, 4096])
+def test_a_closed_loop_obeys_littles_law(h200, layout, concurrency):
+    """Oracle: a closed loop of N clients without an admission cap keeps N requests in flight,
+    so requests/s x (TTFT + the decode steps) = N, below the limits and at them (where the
+    clients the layout cannot hold wait for a prefill rank or a decode slot)."""
+    inputs, w = h200
+    w = replace(w, isl=2048, osl=256, concurrency=concurrency, osl_cv=0.0)
+    p = predict_layout(inputs, layout, w)
+    cycle_s = (p.ttft_ms_p50 + (w.osl - 1) * p.tpot_ms_p50) / 1e3
+    assert p.requests_per_s * cycle_s == pytest.approx(concurrency, rel=0.01)
