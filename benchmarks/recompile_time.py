@@ -4,8 +4,11 @@
 
 Per example: a fresh compile into OUT, then `--from OUT/plan.yaml` with nothing failed, against
 that fresh compile, and with one GPU failed (`--unavailable`), against a fresh compile with the
-same GPU failed: each recompile against a fresh compile of the same inputs. Usage:
+same GPU failed: each recompile against a fresh compile of the same inputs. `--fleet vr64`
+(a case of benchmarks/compile_scaling.py) does the same for the example scaled to a fleet,
+failing that case's first fault GPU. Usage:
   python benchmarks/recompile_time.py [--examples vr-nvl72-deepseek-v4.1-flash,...] [--runs 3]
+  python benchmarks/recompile_time.py --fleet vr64 --runs 1
 Exits 1 when a recompile's median CPU time is not below its fresh compile's (issue 20: `--from`
 took 1.3-1.6x a fresh compile).
 """
@@ -20,6 +23,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import compile_scaling  # noqa: E402
+
 # example -> a GPU to fail (None: every GPU is needed, as on the two-node HGX example)
 EXAMPLES = {"vr-nvl72-deepseek-v4.1-flash": "r0-t07-g2", "hgx-h200-deepseek-v3": None}
 
@@ -40,12 +47,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", default=",".join(EXAMPLES))
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--fleet", choices=sorted(compile_scaling.FAULTS),
+                        help="instead of the examples, this fleet case of compile_scaling.py")
     args = parser.parse_args()
     slower = []
     with tempfile.TemporaryDirectory() as tmp:
-        for example in args.examples.split(","):
-            dep = str(ROOT / "examples" / example / "deployment.yaml")
+        faults = dict(EXAMPLES)
+        if args.fleet:
+            faults = {args.fleet: compile_scaling.FAULTS[args.fleet][0]}
+        for example in faults if args.fleet else args.examples.split(","):
             out = Path(tmp) / example
+            dep = str(compile_scaling.write_case(out / "in", example) if args.fleet
+                      else ROOT / "examples" / example / "deployment.yaml")
             cases = {"fresh": ["compile", dep, "-o", str(out / "fresh")]}
             run(*cases["fresh"])  # the plan the recompiles start from
             base = ["--from", str(out / "fresh" / "plan.yaml")]
@@ -54,8 +67,8 @@ def main() -> int:
             # down, the fresh compile of the rack without it (the degraded layout has more
             # instances and shapes to predict than the healthy one)
             against = {"--from": "fresh"}
-            if EXAMPLES.get(example):
-                down = ["--unavailable", EXAMPLES[example]]
+            if faults.get(example):
+                down = ["--unavailable", faults[example]]
                 cases["fresh --unavailable"] = ["compile", dep, "-o", str(out / "down"), *down]
                 cases["--from --unavailable"] = ["compile", dep, "-o", str(out / "fault"),
                                                  *base, *down]

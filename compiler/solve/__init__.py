@@ -10,9 +10,9 @@ from compiler.perf.capacity import Candidate
 from compiler.precheck import Precheck
 from compiler.solve.build import build_problem
 from compiler.solve.counts import Counts, solve_counts
-from compiler.solve.explain import infeasible
+from compiler.solve.explain import infeasible, unplaced
 from compiler.solve.memory_map import domain_memory
-from compiler.solve.place import Placement, Wanted, place
+from compiler.solve.place import Placement, Wanted, place, unplaceable
 from compiler.solve.problem import Kept, Problem
 
 
@@ -57,6 +57,9 @@ def solve_problem(p: Problem) -> Solution:
         per_instance += [c] * n
     placement = place(p, wanted, by_domain)
     if placement is None:
+        reasons = unplaceable(p, wanted)
+        if reasons:
+            raise unplaced(p, reasons)
         keys = sorted(k for k in p.requirements if k.startswith(("pin:", "unavailable:")))
         raise infeasible(p, keys, "GPU placement")
     gpus, ids = list(placement.gpus), [None] * len(wanted)

@@ -44,6 +44,19 @@ def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
     return CompileError(out, exit_code=3)
 
 
+def unplaced(p: Problem, reasons: list[str]) -> CompileError:
+    """Exit 3 when the counts hold but the GPUs cannot: the placement's own reasons
+    (compiler/solve/place.py unplaceable), at the hardware count that bounds them."""
+    src = p.inputs.sources["hardware"]
+    path = _count_field(p)
+    pos = src.locate(path)
+    return CompileError([Diagnostic(
+        "error", "E501", src.file, pos.line, pos.column, format_path(path),
+        "instances that fit their GPUs' memory domains and free aligned blocks (GPU placement)",
+        reason, "add GPUs, free the unavailable ones, or pin smaller or fewer instances")
+        for reason in reasons], exit_code=3)
+
+
 def _reachable(p: Problem, keys: list[str]) -> dict[str, str]:
     """For an SLO requirement: the best value of its metric any searched candidate reaches
     (decode at batch 1, prefill idle) and which one, so the user knows what to ask for."""

@@ -268,6 +268,40 @@ def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
         return None
 
 
+def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
+    """Why no placement holds `wanted`, in the placement's own terms: a kind whose memory
+    need is over a memory domain (the rule `add_domain_memory` applies), or fewer free aligned
+    blocks or whole trays than the instances take (the capacity `racks.add_capacity` counts).
+    Empty when neither explains it."""
+    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
+    ks = kinds(wanted)
+    out = []
+    for k in ks:
+        m, need = k.need, total_gib(k.need)
+        if need > cap + 1e-6:
+            out.append(f"{k.count} x {k.role} {k.shape.name} need {need:.1f} GiB in each memory "
+                       f"domain of their GPUs (weights {m.weights_gib:.1f}, Engram "
+                       f"{m.engram_gib:.1f}, pool {m.pool_gib:.1f}, workspace "
+                       f"{m.workspace_gib:.1f}, reserved {m.reserved_gib:.1f}, KV "
+                       f"{m.kv_gib:.1f}); a domain holds {cap:.1f}")
+    down = racks.down_gpus(p)
+    trays = [t for d in p.domains for t in d.trays]
+    free_trays = sum(1 for t in trays if not down.intersection(p.gpus_of(t)))
+    whole = sum(k.count * _whole(p, k) for k in ks)
+    if whole > free_trays:
+        out.append(f"whole-tray instances take {whole} trays with no GPU down; "
+                   f"{free_trays} of {len(trays)} are")
+    sub = [k for k in ks if not _whole(p, k)]
+    for size in sorted({k.shape.gpus for k in sub}):
+        blocks = sum(k.count * k.shape.gpus // size for k in sub if k.shape.gpus >= size)
+        have = sum(racks.aligned_blocks_free(p.gpus_of(t), down, size) for t in trays) \
+            - max(0, whole) * (_per_tray(p) // size)
+        if blocks > have:
+            out.append(f"instances of {size}+ GPUs inside a tray take {blocks} aligned blocks "
+                       f"of {size} free GPUs; the trays left have {max(0, have)}")
+    return out
+
+
 def _signature(p: Problem, d: Domain, ks: list[Kind]) -> tuple:
     """Racks with the same trays, availability and instances have the same solution."""
     down = racks.down_gpus(p)

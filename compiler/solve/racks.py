@@ -43,7 +43,7 @@ def down_gpus(p: Problem) -> set[str]:
     return down | p.occupied
 
 
-def _aligned_blocks_free(gpus: Sequence[str], down: set[str], size: int) -> int:
+def aligned_blocks_free(gpus: Sequence[str], down: set[str], size: int) -> int:
     """Aligned blocks of `size` GPUs of a tray with none of them down (a sub-tray instance
     takes one such block: compiler/solve/place.py)."""
     return sum(1 for k in range(0, len(gpus) - size + 1, size)
@@ -111,7 +111,7 @@ def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
         for j in whole:
             placed[j].append(here[j])
         for size in sizes_sub:
-            partial = [(1 - f) * size * _aligned_blocks_free(p.gpus_of(t), down, size)
+            partial = [(1 - f) * size * aligned_blocks_free(p.gpus_of(t), down, size)
                        for t, f in zip(d.trays, free, strict=True) if t in tray_free]
             sub_room[size].append(per * (sum(free) - used) + sum(partial))
         cap.direct[d.id] = here

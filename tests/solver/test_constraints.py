@@ -286,3 +286,22 @@ def test_the_problem_is_frozen(tmp_path: Path):
         p.requirements["x"] = p.requirements[next(iter(p.requirements))]  # type: ignore[index]
     with pytest.raises(AttributeError):
         next(iter(p.unavailable.values())).add("r0-t00-g0")  # type: ignore[attr-defined]
+
+
+def test_placement_names_why_it_fails(tmp_path: Path):
+    """Placement explains its own infeasibility: a kind over a memory domain, and more
+    aligned blocks than the free GPUs form; a placement that exists has no reason."""
+    from compiler.solve.place import unplaceable
+
+    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+        "gpus": ["r0-t00-g1"]}}))
+    assert unplaceable(p, _wanted("DEP2")) == []
+    blocks = unplaceable(p, _wanted("DEP2", "DEP2"))
+    assert place(p, _wanted("DEP2", "DEP2")) is None
+    assert blocks == ["instances of 2+ GPUs inside a tray take 2 aligned blocks of 2 free "
+                      "GPUs; the trays left have 1"]
+    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
+    heavy = _wanted("DEP2", gib=cap + 5)
+    assert place(p, heavy) is None
+    (memory,) = unplaceable(p, heavy)
+    assert memory.startswith("1 x decode DEP2 need ") and f"a domain holds {cap:.1f}" in memory
