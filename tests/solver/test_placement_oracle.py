@@ -1,0 +1,118 @@
+"""Oracle: on racks small enough to enumerate, the solver places a set of instances exactly
+when a brute-force search over every aligned block and whole-tray choice finds room, and
+what it places keeps the geometry rules (no feasible set refused, no infeasible one placed)."""
+
+from dataclasses import replace
+from itertools import combinations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compiler.shapes import parse_shape
+from compiler.solve.place import place, unplaceable
+from tests.builders import write_case
+from tests.solver.test_constraints import _problem, _wanted
+
+pytestmark = pytest.mark.solver
+
+HARDWARE = [("Rack", {"trays": 1}), ("Rack", {"trays": 2}), ("Rack", {"trays": 3}),
+            ("Cluster", {"racks": 2, "trays": 1}), ("Cluster", {"racks": 2, "trays": 2})]
+SHAPES = ["TP1", "DEP2", "TP2", "DEP4", "TP4", "TP8", "DEP8"]
+
+
+class _Problems(list):
+    """The HARDWARE problems, shown briefly in a falsifying example."""
+
+    def __repr__(self) -> str:
+        return f"<problems of {HARDWARE}>"
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    root = tmp_path_factory.mktemp("oracle")
+    return _Problems(_problem(write_case(root / str(i), kind=kind, hardware=hw))
+                     for i, (kind, hw) in enumerate(HARDWARE))
+
+
+def brute_force(racks: list[list[list[str]]], down: set[str], shapes: list[str]) -> bool:
+    """Can every instance take its GPUs? A sub-tray instance of s GPUs takes one aligned block
+    of s free GPUs of one tray; a whole-tray one takes gpus/tray fully free trays of one rack."""
+    per = len(racks[0][0])
+    free = {g: g not in down for rack in racks for tray in rack for g in tray}
+    sizes = sorted((parse_shape(s).gpus for s in shapes), reverse=True)
+
+    def fit(i: int) -> bool:
+        if i == len(sizes):
+            return True
+        size = sizes[i]
+        if size >= per:
+            for rack in racks:
+                whole = [t for t in rack if all(free[g] for g in t)]
+                for chosen in combinations(whole, size // per):
+                    gpus = [g for t in chosen for g in t]
+                    free.update(dict.fromkeys(gpus, False))
+                    if fit(i + 1):
+                        return True
+                    free.update(dict.fromkeys(gpus, True))
+            return False
+        for rack in racks:
+            for tray in rack:
+                for b in range(0, per - size + 1, size):
+                    block = tray[b:b + size]
+                    if all(free[g] for g in block):
+                        free.update(dict.fromkeys(block, False))
+                        if fit(i + 1):
+                            return True
+                        free.update(dict.fromkeys(block, True))
+        return False
+
+    return fit(0)
+
+
+def _layout(p) -> list[list[list[str]]]:
+    return [[list(p.gpus_of(t)) for t in d.trays] for d in p.domains]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_placement_agrees_with_brute_force(problems, data):
+    p = problems[data.draw(st.integers(0, len(HARDWARE) - 1), label="hardware")]
+    layout = _layout(p)
+    gpus = [g for rack in layout for tray in rack for g in tray]
+    down = set(data.draw(st.lists(st.sampled_from(gpus), max_size=4, unique=True), label="down"))
+    shapes = data.draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=5), label="shapes")
+    p = replace(p, unavailable={"unavailable:drawn": frozenset(down)})
+    got = place(p, _wanted(*shapes))
+    assert (got is not None) == brute_force(layout, down, shapes)
+    if got is None:
+        return
+    per = len(layout[0][0])
+    rack_of = {g: r for r, rack in enumerate(layout) for tray in rack for g in tray}
+    taken = [g for inst in got.gpus for g in inst]
+    assert len(taken) == len(set(taken)) and not down.intersection(taken)
+    for shape, inst in zip(shapes, got.gpus, strict=True):
+        assert len(inst) == parse_shape(shape).gpus
+        assert len({rack_of[g] for g in inst}) == 1  # one NVLink domain
+        if len(inst) < per:  # one aligned block of one tray
+            tray = next(t for rack in layout for t in rack if inst[0] in t)
+            start = tray.index(inst[0])
+            assert start % len(inst) == 0 and tuple(tray[start:start + len(inst)]) == inst
+
+
+def test_brute_force_itself():
+    racks = [[["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"]]]
+    assert brute_force(racks, set(), ["DEP8"])
+    assert not brute_force(racks, {"b3"}, ["DEP8"])
+    assert brute_force(racks, {"a1"}, ["DEP2", "TP4"])
+    assert not brute_force(racks, {"a1", "b2"}, ["DEP2", "DEP2", "DEP2"])
+    assert brute_force([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
+                       ["TP4", "TP4"])
+    assert not brute_force([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
+                           ["TP8"])
+
+
+def test_unplaceable_names_a_reason_where_blocks_run_out(problems):
+    p = replace(problems[0], unavailable={"unavailable:drawn": frozenset({"r0-t00-g1"})})
+    assert place(p, _wanted("DEP2", "DEP2")) is None
+    assert unplaceable(p, _wanted("DEP2", "DEP2"))
