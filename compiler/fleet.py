@@ -24,7 +24,7 @@ from compiler.plan import (
     Predicted,
     SolverInfo,
 )
-from compiler.solve.place import gap
+from compiler.solve.params import gap
 from compiler.solve.problem import DECIMALS
 from schemas.diagnostics import CompileError, Diagnostic
 

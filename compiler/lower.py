@@ -35,7 +35,8 @@ from compiler.resolve import Choice, is_multi_node_nvlink
 from compiler.shapes import Shape, stage_layers
 from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory
-from compiler.solve.place import gap, gpu_index
+from compiler.solve.params import gap
+from compiler.solve.place import gpu_index
 from compiler.solve.problem import DECIMALS
 
 

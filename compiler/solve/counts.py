@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from compiler.cpsat import cp_model
 from compiler.solve import constraints as rules
 from compiler.solve import racks
-from compiler.solve.params import solver
+from compiler.solve.params import DETERMINISTIC_SECONDS, solve, solver
 from compiler.solve.problem import SCALE, Problem
 
 
@@ -53,8 +53,8 @@ def best_goodput(p: Problem) -> float | None:
     m, v = build(p)
     for lit in v.lits.values():
         m.add(lit == 1)
-    s = solver()
-    if s.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    s, status, _ = solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return s.value(v.goodput) / SCALE
 
@@ -82,25 +82,24 @@ def _best(p: Problem, only: frozenset[int] | None, limit: float | None = None
     m, v = build(p, only=only)
     for lit in v.lits.values():
         m.add(lit == 1)
-    s = solver()
-    if limit is not None:
-        s.parameters.max_deterministic_time = limit
-    status = s.solve(m)
+    limit = DETERMINISTIC_SECONDS if limit is None else limit
+    s, status, seconds = solve(m, limit)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    goodput, bound, seconds = s.value(v.goodput), s.best_objective_bound, s.deterministic_time
+    goodput, bound = s.value(v.goodput), s.best_objective_bound
     # tie-break: among layouts with that goodput, the most spare supply (lower utilisation,
     # so shorter queues), rather than idle GPUs
     first = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)}
     m.add(v.goodput >= goodput)
     m.maximize(rules.supply(v, p))
-    second = s.solve(m)
+    s, second, more = solve(m, limit)
+    seconds += more
     both = "OPTIMAL" if status == second == cp_model.OPTIMAL else "FEASIBLE"
     # a tie-break cut short by a small limit without a solution keeps the first phase's
     by_candidate = {i: int(s.value(x)) for i, x in v.n.items() if s.value(x)} \
         if second in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
     return Counts(by_candidate, {}, both, goodput / SCALE, bound / SCALE,
-                  round(seconds + s.deterministic_time, 3)), s, v
+                  round(seconds, 3)), s, v
 
 
 def _infeasible_with(p: Problem, active: list[str]) -> tuple[bool, list[str]]:

@@ -19,7 +19,7 @@ from compiler.plan import DomainMemory
 from compiler.shapes import Shape
 from compiler.solve import racks
 from compiler.solve.memory_map import total_gib
-from compiler.solve.params import solver
+from compiler.solve.params import gap, solve
 from compiler.solve.problem import Domain, Problem
 
 MIXED_TRAY_COST = 1000
@@ -75,11 +75,6 @@ class Placement:
     bound: float
     deterministic_seconds: float
     domains: list[DomainSolve]
-
-
-def gap(objective: float, bound: float) -> float:
-    """Relative optimality gap (0 when proven optimal)."""
-    return abs(objective - bound) / max(1.0, abs(objective))
 
 
 def kinds(wanted: list[Wanted]) -> list[Kind]:
@@ -242,12 +237,11 @@ def _place_domain(p: Problem, ks: list[Kind]) -> tuple[dict[int, list[tuple[str,
     add_unavailable_unused(m, p, v)
     add_domain_memory(m, p, ks, v)
     add_objective(m, p, ks, v)
-    s = solver()
-    status = s.solve(m)
+    s, status, seconds = solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     result = DomainSolve((p.domains[0].id,), s.status_name(status), s.objective_value,
-                         s.best_objective_bound, round(s.deterministic_time, 3))
+                         s.best_objective_bound, round(seconds, 3))
     return _instances(p, ks, v, s), result
 
 
@@ -259,8 +253,8 @@ def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
     busy = {t: 0 for d in p.domains for t in d.trays if down.intersection(p.gpus_of(t))}
     items = [racks.Item(_whole(p, k), k.shape.gpus) for k in ks]
     cap = racks.add_capacity(m, p, items, [k.count for k in ks], busy)
-    s = solver()
-    if s.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    s, status, _ = solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     try:
         return racks.split(p, items, [k.count for k in ks], cap, s)

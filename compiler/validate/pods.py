@@ -2,6 +2,7 @@
 controllers do), what each pod asks of its node, which nodes of the rack manifest it may land
 on, and the engine processes it starts. The rules (compiler.validate.rules) read only these."""
 
+import copy
 import json
 import re
 import shlex
@@ -185,23 +186,75 @@ def demand(spec: dict[str, Any]) -> dict[str, Fraction]:
 
 # --- node selection -------------------------------------------------------------------------
 
-def _expression_matches(expr: dict[str, Any], value: str | None) -> bool:
-    op, values = expr.get("operator"), [str(v) for v in expr.get("values") or []]
-    if op == "In":
-        return value in values
-    if op == "NotIn":
-        return value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and values:
-        try:
-            a, b = int(value), int(values[0])
-        except ValueError:
-            return False
-        return a > b if op == "Gt" else a < b
-    return False
+@dataclass(frozen=True)
+class _Requirement:
+    """One node selector requirement, its values as a set (a fleet's `metadata.name NotIn`
+    lists a thousand names, tested against a thousand nodes)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    members: frozenset[str]
+    failure: str  # how mismatch() names it
+
+    @classmethod
+    def of(cls, expr: dict[str, Any], kind: str) -> "_Requirement":
+        values = tuple(str(v) for v in expr.get("values") or [])
+        return cls(str(expr.get("key")), str(expr.get("operator")), values, frozenset(values),
+                   f"{kind} {expr.get('key')} {expr.get('operator')} {expr.get('values', [])}")
+
+    def matches(self, value: str | None) -> bool:
+        op = self.operator
+        if op == "In":
+            return value in self.members
+        if op == "NotIn":
+            return value not in self.members
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt") and value is not None and self.values:
+            try:
+                a, b = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return a > b if op == "Gt" else a < b
+        return False
+
+
+@dataclass(frozen=True)
+class _Selector:
+    """A pod spec's nodeSelector and required node affinity terms, compiled once."""
+
+    node_selector: tuple[tuple[str, str], ...]
+    terms: tuple[tuple[tuple[_Requirement, ...], tuple[_Requirement, ...]], ...]
+
+
+_SELECTORS: dict[int, tuple[dict[str, Any], _Selector]] = {}
+_KEEP_SELECTORS = 4096
+
+
+def _selector(spec: dict[str, Any]) -> _Selector:
+    """The spec's compiled selector, remembered by identity with a copy of what it was made
+    from (an equal spec reuses it: the comparison runs in C, the compiling does not)."""
+    found = _SELECTORS.get(id(spec))
+    if found is not None and found[0] == _selecting(spec):
+        return found[1]
+    terms = tuple((tuple(_Requirement.of(e, "label") for e in t.get("matchExpressions") or []),
+                   tuple(_Requirement.of(e, "field") for e in t.get("matchFields") or []))
+                  for t in _required_terms(spec))
+    sel = _Selector(tuple((k, str(v)) for k, v in (spec.get("nodeSelector") or {}).items()),
+                    terms)
+    if len(_SELECTORS) >= _KEEP_SELECTORS:
+        _SELECTORS.clear()
+    _SELECTORS[id(spec)] = (copy.deepcopy(_selecting(spec)), sel)
+    return sel
+
+
+def _selecting(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """The parts of a pod spec that select nodes."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+    return spec.get("nodeSelector"), affinity
 
 
 # Labels the cluster's agents set, whose values the rack manifest does not tell: GPU Feature
@@ -221,18 +274,17 @@ def _label(node: Node, key: str, assume_owned: bool) -> str | None:
 _ASSUMED = object()  # stands for "whatever the selector asks"
 
 
-def _term_matches(term: dict[str, Any], node: Node, assume_owned: bool) -> str | None:
+def _term_mismatch(term: tuple[tuple[_Requirement, ...], tuple[_Requirement, ...]],
+                   node: Node, assume_owned: bool) -> str | None:
     """None when the node selector term matches the node, else the requirement that fails."""
-    for expr in term.get("matchExpressions") or []:
-        value = _label(node, str(expr.get("key")), assume_owned)
-        if value is _ASSUMED:
-            continue
-        if not _expression_matches(expr, value):
-            return f"label {expr.get('key')} {expr.get('operator')} {expr.get('values', [])}"
-    for expr in term.get("matchFields") or []:
-        value = node.name if expr.get("key") == "metadata.name" else None
-        if not _expression_matches(expr, value):
-            return f"field {expr.get('key')} {expr.get('operator')} {expr.get('values', [])}"
+    expressions, fields = term
+    for r in expressions:
+        value = _label(node, r.key, assume_owned)
+        if value is not _ASSUMED and not r.matches(value):
+            return r.failure
+    for r in fields:
+        if not r.matches(node.name if r.key == "metadata.name" else None):
+            return r.failure
     return None
 
 
@@ -265,13 +317,13 @@ def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> st
     """None when the pod's nodeSelector and required node affinity admit the node, else the
     first requirement that does not. `assume_owned`: see _label (the placement rules use it,
     so that a label rackc cannot know does not hide what the scheduler would do)."""
-    for key, value in (spec.get("nodeSelector") or {}).items():
+    sel = _selector(spec)
+    for key, value in sel.node_selector:
         label = _label(node, key, assume_owned)
-        if label is not _ASSUMED and label != str(value):
+        if label is not _ASSUMED and label != value:
             return f"nodeSelector {key}={value}"
-    terms = _required_terms(spec)
-    if terms:
-        failures = [_term_matches(t, node, assume_owned) for t in terms]
+    if sel.terms:
+        failures = [_term_mismatch(t, node, assume_owned) for t in sel.terms]
         if all(failures):
             return f"nodeAffinity {failures[0]}"
     return None
@@ -304,13 +356,14 @@ def _pins(spec: dict[str, Any]) -> set[tuple[str, str]] | None:
 
 def candidates(spec: dict[str, Any], all_nodes: list[Node]) -> list[int]:
     """Indices of the nodes that may match: those a pinning affinity names (by hostname, the
-    label or the node name it is assumed to be, or by node name), else all. A superset of
-    the matching nodes, so a fleet's thousands of pinned pod groups do not test every node."""
+    label or the node name it is assumed to be, or by node name), else all, less those every
+    term excludes by name (`metadata.name NotIn`). A superset of the matching nodes, so a
+    fleet's thousands of pod groups and nodes are not tested pair by pair."""
     pins = _pins(spec)
-    if pins is None:
-        return list(range(len(all_nodes)))
-    return [i for i, n in enumerate(all_nodes)
-            if ("host", n.labels.get(HOSTNAME, n.name)) in pins or ("name", n.name) in pins]
+    excluded = excluded_names(spec)
+    return [i for i, n in enumerate(all_nodes) if n.name not in excluded and (
+        pins is None or ("host", n.labels.get(HOSTNAME, n.name)) in pins
+        or ("name", n.name) in pins)]
 
 
 def eligible(spec: dict[str, Any], all_nodes: list[Node]) -> list[Node]:

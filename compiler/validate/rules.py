@@ -162,7 +162,8 @@ def cpu_pods_off_trays(ctx: Context) -> list[Finding]:
         for g in b.groups:
             if not g.pods or pods.demand(g.spec).get(pods.GPU, 0) > 0:
                 continue
-            on = [n for n in ctx.nodes if pods.mismatch(g.spec, n, assume_owned=True) is None]
+            on = [ctx.nodes[i] for i in pods.candidates(g.spec, ctx.nodes)
+                  if pods.mismatch(g.spec, ctx.nodes[i], assume_owned=True) is None]
             if on:
                 out.append(Finding(
                     "cpu-pods-off-trays", g.obj.file, g.obj.line_at(g.path), g.where,
@@ -265,7 +266,8 @@ def _can_share(g: PodGroup, h: PodGroup, nodes: list[Node], plan: Plan) -> Node 
     if _claims_channel(g) and _claims_channel(h):
         return None
     asks = [pods.demand(g.spec), pods.demand(h.spec)]
-    for n in nodes:
+    both = sorted(set(pods.candidates(g.spec, nodes)) & set(pods.candidates(h.spec, nodes)))
+    for n in (nodes[i] for i in both):
         if pods.mismatch(g.spec, n, True) is None and pods.mismatch(h.spec, n, True) is None \
                 and all(sum(a.get(r, Fraction(0)) for a in asks) <= cap
                         for r, cap in n.capacity.items() if _rule_for(r, plan)):
@@ -699,18 +701,20 @@ def findings(plan: Plan, files: Mapping[str, str | bytes],
              only: Iterable[str] | None = None) -> list[Finding]:
     """Every broken rule of `only` (default: all), each checker run once, in a stable order."""
     wanted = set(RULES if only is None else only)
-    if not wanted:
-        return []
-    ctx = context(plan, files)
+    return findings_in(context(plan, files), wanted) if wanted else []
+
+
+def findings_in(ctx: Context, only: Iterable[str] | None = None) -> list[Finding]:
+    """`findings` of a context already read (`rackc validate` also lists its resources)."""
+    wanted = set(RULES if only is None else only)
     out = [f for check_, breaks in CHECKS if breaks & wanted for f in check_(ctx)
            if f.rule in wanted]
     return sorted(set(out), key=lambda f: (f.file, f.line, f.rule, f.where, f.got))
 
 
-def unchecked_resources(plan: Plan, files: Mapping[str, str | bytes]) -> list[str]:
+def unchecked_resources(ctx: Context) -> list[str]:
     """Resources pods request whose node capacity the plan does not tell (CPU cores, a
     device plugin rackc does not know): no rule checks their sums."""
-    ctx = context(plan, files)
     known = {r for n in ctx.nodes for r in n.capacity}
     return sorted({r for b in ctx.bundles for g in b.groups if g.pods
                    for r, v in pods.demand(g.spec).items() if v > 0 and r not in known})

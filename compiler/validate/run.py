@@ -116,8 +116,9 @@ def _rules(plan, files: dict[str, str | bytes], report: "Report") -> None:
     """The controller-level rules read objects of the shapes rackc writes; an OUT edited into
     other shapes gets one diagnostic here, beside the schema errors that say where."""
     try:
-        report.diagnostics += rules.check(plan, files)
-        report.unchecked_resources = rules.unchecked_resources(plan, files)
+        ctx = rules.context(plan, files)
+        report.diagnostics += [rules.diagnostic(f) for f in rules.findings_in(ctx)]
+        report.unchecked_resources = rules.unchecked_resources(ctx)
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         report.diagnostics.append(Diagnostic(
             "error", "E805", "OUT", 0, 0, "controller-level rules",

@@ -305,3 +305,39 @@ def test_placement_names_why_it_fails(tmp_path: Path):
     assert place(p, heavy) is None
     (memory,) = unplaceable(p, heavy)
     assert memory.startswith("1 x decode DEP2 need ") and f"a domain holds {cap:.1f}" in memory
+
+
+def _knapsack():
+    """A multi-constraint knapsack that CP-SAT proves in about 0.02 deterministic seconds."""
+    from compiler.cpsat import cp_model
+
+    m = cp_model.CpModel()
+    xs = [m.new_int_var(0, 5, f"x{i}") for i in range(60)]
+    for k in range(3):
+        m.add(sum(((i * 7919 + k * 104729) % 1000 + 500) * x for i, x in enumerate(xs))
+              <= 250000 + k * 1111)
+    m.maximize(sum(((i * 6151) % 997 + 700) * x for i, x in enumerate(xs)))
+    return m
+
+
+def test_a_search_stops_early_only_within_the_gap(monkeypatch):
+    """The two-stage solve: past QUICK_SECONDS it stops with a solution within RELATIVE_GAP
+    of its bound (FEASIBLE: the plan shows the gap), else it searches on, also when the
+    first stage found nothing yet; a search proven within the limit is OPTIMAL."""
+    from compiler.cpsat import cp_model
+    from compiler.solve import params
+
+    s, code, _ = params.solve(_knapsack())
+    assert code == cp_model.OPTIMAL
+    best = s.objective_value
+    monkeypatch.setattr(params, "QUICK_SECONDS", 1e-3)
+    monkeypatch.setattr(params, "RELATIVE_GAP", 0.01)
+    s, code, seconds = params.solve(_knapsack())
+    assert code == cp_model.FEASIBLE and s.objective_value < best and seconds < 2e-3
+    assert 0 < params.gap(s.objective_value, s.best_objective_bound) <= 0.01
+    monkeypatch.setattr(params, "RELATIVE_GAP", 0.0)  # nothing short of the proof
+    s, code, seconds = params.solve(_knapsack())
+    assert code == cp_model.OPTIMAL and s.objective_value == best and seconds > 1e-3
+    monkeypatch.setattr(params, "QUICK_SECONDS", 1e-4)  # no solution yet: searches on
+    s, code, _ = params.solve(_knapsack())
+    assert code == cp_model.OPTIMAL and s.objective_value == best
