@@ -68,8 +68,9 @@ def run(deployment: Path, out: Path, *extra: str) -> dict:
     result = json.loads(stdout)
     plan = yaml.load((out / "plan.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader",
                                                                      yaml.SafeLoader))
-    available = sum(len(t["gpus"]) for t in plan["hardware"]["trays"]) - \
-        len(plan["hardware"]["unavailable_gpus"])
+    groups = [g["hardware"] for g in plan["hardware"]["groups"]]  # a plan's hardware is a fleet
+    available = sum(len(t["gpus"]) for hw in groups for t in hw["trays"]) - \
+        sum(len(hw["unavailable_gpus"]) for hw in groups)
     used = sum(len(i["gpus"]) for i in plan["instances"])
     s = result["solver"]
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "exit": 0,
@@ -90,7 +91,8 @@ def fault(folder: Path, ids: str, fresh: dict) -> None:
     old = {tuple(i["gpus"]): i["id"] for i in fresh["plan"]["instances"]}
     new = {tuple(i["gpus"]): i["id"] for i in r["plan"]["instances"]}
     kept = sum(1 for g, i in old.items() if new.get(g) == i)
-    down = set(r["plan"]["hardware"]["unavailable_gpus"])
+    down = {g for group in r["plan"]["hardware"]["groups"]
+            for g in group["hardware"]["unavailable_gpus"]}
     whole = sum(1 for g in old if down.isdisjoint(g))
     print(f"  --unavailable {ids:11s} {r['wall_s']:6.2f} s  {r['peak_mib']:6.0f} MiB  "
           f"{kept}/{whole} untouched instances keep id and GPUs, {len(old) - kept} stop, "
