@@ -147,8 +147,19 @@ def graph_deployments(plan: Plan) -> list[dict]:
     return out
 
 
+_WRITTEN: list = [None, ""]  # the last plan graphs_text wrote, and its text
+
+
+def graphs_text(plan: Plan) -> str:
+    """The graphs as YAML, written once per plan: dynamo/ and k8s/ carry the same file (at 64
+    groups, 12.6 MB that take 11 CPU s to build and write)."""
+    if _WRITTEN[0] is not plan:
+        _WRITTEN[:] = [plan, dump_documents(graph_deployments(plan))]
+    return _WRITTEN[1]
+
+
 def emit(plan: Plan) -> dict[str, str]:
     """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
     if plan.site.engines["dynamo"].refused:
         return {}
-    return {"dynamo/dgd.yaml": dump_documents(graph_deployments(plan))}
+    return {"dynamo/dgd.yaml": graphs_text(plan)}

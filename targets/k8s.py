@@ -5,11 +5,11 @@ engine pod references) and the DynamoGraphDeployment."""
 from compiler.plan import Plan
 from targets._bundle import bundle
 from targets._components import components
-from targets.dynamo import graph_deployments
+from targets.dynamo import graphs_text
 
 
 def emit(plan: Plan) -> dict[str, str]:
     """Nothing for a plan Dynamo cannot serve (`site.engines.dynamo.refused`, a W901 warning)."""
     if plan.site.engines["dynamo"].refused:
         return {}
-    return bundle(plan, "k8s", components(plan), ("dynamo-graph.yaml", graph_deployments(plan)))
+    return bundle(plan, "k8s", components(plan), ("dynamo-graph.yaml", graphs_text(plan)))

@@ -12,6 +12,7 @@ sub-tray size s, the instances of s GPUs or more fit the free aligned s-blocks (
 g >= s GPUs covers g / s of them).
 """
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,17 +55,19 @@ def touched(p: Problem, d: Domain, down: set[str]) -> bool:
     return any(g in down for t in d.trays for g in p.gpus_of(t))
 
 
-def patterns(trays: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
-    """Every vector a with sum(a_j * sizes_j) <= trays, in lexicographic order."""
+@functools.lru_cache(maxsize=64)
+def patterns(trays: int, sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Every vector a with sum(a_j * sizes_j) <= trays, in lexicographic order (MAX_PATTERNS
+    and one more at most); remembered, since every count model of a compile asks the same."""
     if not sizes:
-        return [()]
+        return ((),)
     out = []
     for a in range(trays // sizes[0] + 1):
         for rest in patterns(trays - a * sizes[0], sizes[1:]):
             out.append((a, *rest))
             if len(out) > MAX_PATTERNS:
-                return out
-    return out
+                return tuple(out)
+    return tuple(out)
 
 
 def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
@@ -89,7 +92,7 @@ def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
     sizes_sub = sorted({items[j].gpus for j in sub})
     sub_room: dict[int, list] = {size: [] for size in sizes_sub}
     for ntrays, doms in sorted(classes.items()):
-        pats = patterns(ntrays, sizes)
+        pats = () if len(doms) == 1 else patterns(ntrays, tuple(sizes))
         if len(doms) == 1 or len(pats) > MAX_PATTERNS:
             direct_domains += doms
             continue
