@@ -300,11 +300,10 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     _, steps = decode_at(state.batch)
     slowest = max(steps.values(), key=lambda st: st.us)
     decode_us = decode_steps(w, ctx) * slowest.us
-    full_at = min(p_cap * MAX_UTILISATION / max(new, 1.0),
-                  max_slots / decode_us if decode_us > 0 else float("inf"))
-    held = held_back_us(w, state.rate, full_at, decode_us)
-    return _finish(w, state, slowest, max(ttft(state.rate, 0.5, decode_us), held),
-                   max(ttft(state.rate, 0.9, decode_us), held), hit,
+    ttft50 = ttft(state.rate, 0.5, decode_us)
+    held = held_back_us(w, state.rate, decode_us, ttft50, rate_cap)
+    return _finish(w, state, slowest, ttft50 + held,
+                   ttft(state.rate, 0.9, decode_us) + held, hit,
                    power_w, total_gpus, ctx,
                    [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
                    + [_prefill_row(g, p_steps[id(g)], p_tokens[id(g)], new)
@@ -401,27 +400,30 @@ def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: fl
         state = nxt
         if settled:
             break
-    step, decode_us, ttft50, ttft90, rho, limit = at(state)
-    held = held_back_us(w, state.rate, min(limit, g.max_batch / decode_us if decode_us > 0
-                                           else float("inf")), decode_us, ranks)
-    ttft50, ttft90 = max(ttft50, held), max(ttft90, held)
+    step, decode_us, ttft50, ttft90, rho, _ = at(state)
+    held = held_back_us(w, state.rate, decode_us, ttft50, rate_cap / ranks, ranks)
+    ttft50, ttft90 = ttft50 + held, ttft90 + held
     total = _State(state.rate * ranks, state.batch)
     return _finish(w, total, step, ttft50, ttft90, hit, power_w, total_gpus, ctx,
                    [_row(x, state.batch, step, "decode_step_us") for x in groups],
                    {"decode": step.rounded(), "prefill": chunk.rounded()}, rho)
 
 
-def held_back_us(w: Workload, rate: float, full_at: float, decode_us: float,
-                 ranks: int = 1) -> float:
-    """Time to first token that a closed loop's clients spend queued when the deployment runs
-    at a physical limit (`full_at` requests/us: its prefill capacity or its decode slots):
-    by Little's law each client's cycle, TTFT plus decode, is concurrency / rate, so what the
-    steps do not account for is waiting (for a prefill rank, or in the engine's waiting queue
-    for a --max-num-seqs slot). Zero below the limit, where the fixed point already holds.
-    `rate` and `full_at` per rank of `ranks` that share the clients evenly."""
-    if not w.closed_loop or rate <= 0 or rate < full_at * (1 - 1e-3):
+def held_back_us(w: Workload, rate: float, decode_us: float, ttft_us: float,
+                 rate_cap: float, ranks: int = 1) -> float:
+    """Time to first token that a closed loop's clients spend waiting inside the deployment
+    beyond `ttft_us`: by Little's law each client's cycle, TTFT plus decode, is concurrency /
+    rate, so where the rate stops at a physical limit (the prefill capacity, the decode
+    slots) the cycle the steps do not fill is waiting (for a prefill rank, or in the engine's
+    waiting queue for a --max-num-seqs slot); where the fixed point holds, nothing (the
+    identity itself decides, so a fixed point that has not quite settled still keeps N
+    requests in flight). At the admission cap (`rate_cap`, the goodput that keeps the SLO;
+    the operating point admits no more) the rest wait outside, which TTFT at the operating
+    point leaves out and W511 states. `rate` and `rate_cap` per rank of `ranks` that share
+    the clients evenly."""
+    if not w.closed_loop or rate <= 0 or rate >= rate_cap * (1 - 1e-3):
         return 0.0
-    return max(0.0, w.concurrency / ranks / rate - decode_us)
+    return max(0.0, w.concurrency / ranks / rate - decode_us - ttft_us)
 
 
 def decode_steps(w: Workload, ctx: PerfContext) -> float:

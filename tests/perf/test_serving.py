@@ -198,17 +198,36 @@ def test_a_prefill_step_holds_at_most_max_num_seqs_prompts(h200):
 SMALL_DECODE = [Layout("prefill", parse_shape("DEP2"), 2), Layout("decode", parse_shape("DEP4"), 1,
                                                                    max_batch=2)]
 SMALL_AGG = [Layout("aggregated", parse_shape("DEP8"), 1, max_batch=2)]
+AGG_16 = [Layout("aggregated", parse_shape("DEP8"), 1, max_batch=16)]
 
 
-@pytest.mark.parametrize("layout", [AGG, DISAGG, SMALL_DECODE, SMALL_AGG],
-                         ids=["aggregated", "disaggregated", "few-slots", "few-slots-agg"])
+@pytest.mark.parametrize("layout", [AGG, DISAGG, SMALL_DECODE, SMALL_AGG, AGG_16],
+                         ids=["aggregated", "disaggregated", "few-slots", "few-slots-agg",
+                              "agg-16"])
 @pytest.mark.parametrize("concurrency", [4, 64, 4096])
-def test_a_closed_loop_obeys_littles_law(h200, layout, concurrency):
-    """Oracle: a closed loop of N clients without an admission cap keeps N requests in flight,
-    so requests/s x (TTFT + the decode steps) = N, below the limits and at them (where the
-    clients the layout cannot hold wait for a prefill rank or a decode slot)."""
+@pytest.mark.parametrize("lengths", [(2048, 256), (4096, 64), (8192, 256)],
+                         ids=["2k-256", "4k-64", "8k-256"])
+def test_a_closed_loop_obeys_littles_law(h200, layout, concurrency, lengths):
+    """Oracle: a closed loop of N clients keeps N requests in flight, so requests/s x (TTFT +
+    the decode steps) = N, below the limits and at them (where the clients the layout cannot
+    hold wait for a prefill rank or a decode slot), also where the aggregated fixed point
+    does not settle (4k-64 and 8k-256 at 4,096 clients on agg-16)."""
     inputs, w = h200
-    w = replace(w, isl=2048, osl=256, concurrency=concurrency, osl_cv=0.0)
+    w = replace(w, isl=lengths[0], osl=lengths[1], concurrency=concurrency, osl_cv=0.0)
     p = predict_layout(inputs, layout, w)
     cycle_s = (p.ttft_ms_p50 + (w.osl - 1) * p.tpot_ms_p50) / 1e3
     assert p.requests_per_s * cycle_s == pytest.approx(concurrency, rel=0.01)
+
+
+def test_admission_at_the_goodput_waits_outside(h200):
+    """A closed loop admitted at the solver's goodput: the clients beyond it wait outside the
+    deployment, which TTFT at the operating point leaves out (W511 states the queue), so the
+    capped prediction keeps the TTFT of the rate it admits, with fewer requests in flight."""
+    inputs, w = h200
+    w = replace(w, isl=2048, osl=256, concurrency=64, osl_cv=0.0)
+    free = predict_layout(inputs, DISAGG, w)
+    capped = predict_layout(inputs, DISAGG, w, max_requests_per_s=free.requests_per_s / 2)
+    assert capped.requests_per_s == pytest.approx(free.requests_per_s / 2, rel=0.01)
+    cycle_s = (capped.ttft_ms_p50 + (w.osl - 1) * capped.tpot_ms_p50) / 1e3
+    assert capped.requests_per_s * cycle_s < 0.75 * 64
+    assert capped.ttft_ms_p50 <= free.ttft_ms_p50
