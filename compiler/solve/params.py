@@ -29,9 +29,9 @@ def solver() -> cp_model.CpSolver:
 
 def solve(m: cp_model.CpModel, limit: float = DETERMINISTIC_SECONDS
           ) -> tuple[cp_model.CpSolver, int, float]:
-    """Solve `m` within `limit` deterministic seconds in two stages (QUICK_SECONDS, then the
-    rest unless the first is within RELATIVE_GAP): the solver, CP-SAT's status code and the
-    deterministic seconds both stages took."""
+    """Solve `m` in two stages: QUICK_SECONDS, then, unless that stage proved its solution or
+    came within RELATIVE_GAP, a search of the whole `limit` (what a one-stage solve had): the
+    solver, CP-SAT's status code and the deterministic seconds both stages took."""
     s = solver()
     s.parameters.max_deterministic_time = min(limit, QUICK_SECONDS)
     code = s.solve(m)
@@ -40,8 +40,8 @@ def solve(m: cp_model.CpModel, limit: float = DETERMINISTIC_SECONDS
     if limit <= QUICK_SECONDS or not cut_short:
         return s, code, s.deterministic_time
     quick = s.deterministic_time
-    s = solver()
-    s.parameters.max_deterministic_time = limit - QUICK_SECONDS
+    s = solver()  # the whole limit again: the same seed retraces the first stage, then on
+    s.parameters.max_deterministic_time = limit
     code = s.solve(m)
     return s, code, quick + s.deterministic_time
 

@@ -280,16 +280,22 @@ def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
                        f"{m.kv_gib:.1f}); a domain holds {cap:.1f}")
     down = racks.down_gpus(p)
     trays = [t for d in p.domains for t in d.trays]
-    free_trays = sum(1 for t in trays if not down.intersection(p.gpus_of(t)))
+    free = {d.id: sum(1 for t in d.trays if not down.intersection(p.gpus_of(t)))
+            for d in p.domains}
+    free_trays = sum(free.values())
     whole = sum(k.count * _whole(p, k) for k in ks)
     if whole > free_trays:
-        out.append(f"whole-tray instances take {whole} trays with no GPU down; "
+        out.append(f"whole-tray instances take {whole} trays with no GPU down or taken; "
                    f"{free_trays} of {len(trays)} are")
+    for k in ks:
+        if _whole(p, k) > max(free.values()):
+            out.append(f"{k.role} {k.shape.name} takes {_whole(p, k)} whole trays of one NVLink "
+                       f"domain; the most any domain has free is {max(free.values())}")
     sub = [k for k in ks if not _whole(p, k)]
     for size in sorted({k.shape.gpus for k in sub}):
         blocks = sum(k.count * k.shape.gpus // size for k in sub if k.shape.gpus >= size)
         have = sum(racks.aligned_blocks_free(p.gpus_of(t), down, size) for t in trays) \
-            - max(0, whole) * (_per_tray(p) // size)
+            - whole * (_per_tray(p) // size)
         if blocks > have:
             out.append(f"instances of {size}+ GPUs inside a tray take {blocks} aligned blocks "
                        f"of {size} free GPUs; the trays left have {max(0, have)}")

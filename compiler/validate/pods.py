@@ -2,7 +2,6 @@
 controllers do), what each pod asks of its node, which nodes of the rack manifest it may land
 on, and the engine processes it starts. The rules (compiler.validate.rules) read only these."""
 
-import copy
 import json
 import re
 import shlex
@@ -230,15 +229,16 @@ class _Selector:
     terms: tuple[tuple[tuple[_Requirement, ...], tuple[_Requirement, ...]], ...]
 
 
-_SELECTORS: dict[int, tuple[dict[str, Any], _Selector]] = {}
+_SELECTORS: dict[int, tuple[str, _Selector]] = {}
 _KEEP_SELECTORS = 4096
 
 
 def _selector(spec: dict[str, Any]) -> _Selector:
-    """The spec's compiled selector, remembered by identity with a copy of what it was made
-    from (an equal spec reuses it: the comparison runs in C, the compiling does not)."""
+    """The spec's compiled selector, remembered by identity with the text of what it was made
+    from (reused only for the same text: types included, so a value changed from True to 1 in
+    place is compiled again; the repr runs in C, the compiling does not)."""
     found = _SELECTORS.get(id(spec))
-    if found is not None and found[0] == _selecting(spec):
+    if found is not None and found[0] == repr(_selecting(spec)):
         return found[1]
     terms = tuple((tuple(_Requirement.of(e, "label") for e in t.get("matchExpressions") or []),
                    tuple(_Requirement.of(e, "field") for e in t.get("matchFields") or []))
@@ -247,7 +247,7 @@ def _selector(spec: dict[str, Any]) -> _Selector:
                     terms)
     if len(_SELECTORS) >= _KEEP_SELECTORS:
         _SELECTORS.clear()
-    _SELECTORS[id(spec)] = (copy.deepcopy(_selecting(spec)), sel)
+    _SELECTORS[id(spec)] = (repr(_selecting(spec)), sel)
     return sel
 
 

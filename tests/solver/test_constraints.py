@@ -341,3 +341,12 @@ def test_a_search_stops_early_only_within_the_gap(monkeypatch):
     monkeypatch.setattr(params, "QUICK_SECONDS", 1e-4)  # no solution yet: searches on
     s, code, _ = params.solve(_knapsack())
     assert code == cp_model.OPTIMAL and s.objective_value == best
+
+
+def test_placement_names_a_whole_tray_instance_no_domain_holds(tmp_path: Path):
+    from compiler.solve.place import unplaceable
+
+    p = _problem(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
+    assert place(p, _wanted("TP8")) is None
+    assert unplaceable(p, _wanted("TP8")) == [
+        "decode TP8 takes 2 whole trays of one NVLink domain; the most any domain has free is 1"]

@@ -222,3 +222,13 @@ def test_prefill_decode_pairs_stay_in_their_fleet_group():
     edit(files, lws, "Deployment", "gb300-a-router", fleet_wide)
     [finding] = fired(plan, files, "pd-within-group")
     assert "router" in finding.where and "gb300-a, vr-a" in finding.got
+
+
+def test_a_selector_changed_in_place_is_compiled_again():
+    from compiler.validate.pods import Node, mismatch
+
+    node = Node("n0", "r0-t00", {"gpu": "True"}, {})
+    spec = {"nodeSelector": {"gpu": True}}
+    assert mismatch(spec, node) is None
+    spec["nodeSelector"]["gpu"] = 1  # equal to True in Python, another label value
+    assert mismatch(spec, node) == "nodeSelector gpu=1"
