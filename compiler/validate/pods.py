@@ -2,6 +2,7 @@
 controllers do), what each pod asks of its node, which nodes of the rack manifest it may land
 on, and the engine processes it starts. The rules (compiler.validate.rules) read only these."""
 
+import functools
 import json
 import re
 import shlex
@@ -101,6 +102,12 @@ class PodGroup:
     @property
     def where(self) -> str:
         return self.at(self.path)
+
+    @functools.cached_property
+    def selector(self) -> "Selector":
+        """Its node selection, compiled once: a fleet's rules test each group against a
+        thousand nodes, and its pods without GPUs exclude a thousand trays by name."""
+        return compile_selector(self.spec)
 
     def at(self, path: str) -> str:
         """An object, a field path in it and, for a component or role, its name."""
@@ -222,39 +229,21 @@ class _Requirement:
 
 
 @dataclass(frozen=True)
-class _Selector:
-    """A pod spec's nodeSelector and required node affinity terms, compiled once."""
+class Selector:
+    """A pod spec's nodeSelector and required node affinity terms, compiled once (a pod
+    group's: PodGroup.selector)."""
 
     node_selector: tuple[tuple[str, str], ...]
     terms: tuple[tuple[tuple[_Requirement, ...], tuple[_Requirement, ...]], ...]
 
 
-_SELECTORS: dict[int, tuple[str, _Selector]] = {}
-_KEEP_SELECTORS = 4096
-
-
-def _selector(spec: dict[str, Any]) -> _Selector:
-    """The spec's compiled selector, remembered by identity with the text of what it was made
-    from (reused only for the same text: types included, so a value changed from True to 1 in
-    place is compiled again; the repr runs in C, the compiling does not)."""
-    found = _SELECTORS.get(id(spec))
-    if found is not None and found[0] == repr(_selecting(spec)):
-        return found[1]
+def compile_selector(spec: dict[str, Any]) -> Selector:
+    """The pod spec's node selection, its requirement values as sets."""
     terms = tuple((tuple(_Requirement.of(e, "label") for e in t.get("matchExpressions") or []),
                    tuple(_Requirement.of(e, "field") for e in t.get("matchFields") or []))
                   for t in _required_terms(spec))
-    sel = _Selector(tuple((k, str(v)) for k, v in (spec.get("nodeSelector") or {}).items()),
+    return Selector(tuple((k, str(v)) for k, v in (spec.get("nodeSelector") or {}).items()),
                     terms)
-    if len(_SELECTORS) >= _KEEP_SELECTORS:
-        _SELECTORS.clear()
-    _SELECTORS[id(spec)] = (repr(_selecting(spec)), sel)
-    return sel
-
-
-def _selecting(spec: dict[str, Any]) -> tuple[Any, Any]:
-    """The parts of a pod spec that select nodes."""
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity")
-    return spec.get("nodeSelector"), affinity
 
 
 # Labels the cluster's agents set, whose values the rack manifest does not tell: GPU Feature
@@ -317,7 +306,11 @@ def mismatch(spec: dict[str, Any], node: Node, assume_owned: bool = False) -> st
     """None when the pod's nodeSelector and required node affinity admit the node, else the
     first requirement that does not. `assume_owned`: see _label (the placement rules use it,
     so that a label rackc cannot know does not hide what the scheduler would do)."""
-    sel = _selector(spec)
+    return node_mismatch(compile_selector(spec), node, assume_owned)
+
+
+def node_mismatch(sel: Selector, node: Node, assume_owned: bool = False) -> str | None:
+    """`mismatch` of a compiled selector (a pod group's is compiled once)."""
     for key, value in sel.node_selector:
         label = _label(node, key, assume_owned)
         if label is not _ASSUMED and label != value:
@@ -366,9 +359,9 @@ def candidates(spec: dict[str, Any], all_nodes: list[Node]) -> list[int]:
         or ("name", n.name) in pins)]
 
 
-def eligible(spec: dict[str, Any], all_nodes: list[Node]) -> list[Node]:
-    return [all_nodes[i] for i in candidates(spec, all_nodes)
-            if mismatch(spec, all_nodes[i]) is None]
+def eligible(g: PodGroup, all_nodes: list[Node]) -> list[Node]:
+    return [all_nodes[i] for i in candidates(g.spec, all_nodes)
+            if node_mismatch(g.selector, all_nodes[i]) is None]
 
 
 # --- engine processes -----------------------------------------------------------------------

@@ -141,8 +141,8 @@ def selector_matches_node(ctx: Context) -> list[Finding]:
                     "each for In"))
             if names <= pods.excluded_names(g.spec):
                 continue  # kept off the rack on purpose (cpu-pods-off-trays)
-            if g.pods and not pods.eligible(g.spec, ctx.nodes) and ctx.nodes:
-                why = pods.mismatch(g.spec, ctx.nodes[0]) or "?"
+            if g.pods and not pods.eligible(g, ctx.nodes) and ctx.nodes:
+                why = pods.node_mismatch(g.selector, ctx.nodes[0]) or "?"
                 hint = _label_hint(why)
                 for key, value in bad_values.items():
                     if key in why:
@@ -163,7 +163,7 @@ def cpu_pods_off_trays(ctx: Context) -> list[Finding]:
             if not g.pods or pods.demand(g.spec).get(pods.GPU, 0) > 0:
                 continue
             on = [ctx.nodes[i] for i in pods.candidates(g.spec, ctx.nodes)
-                  if pods.mismatch(g.spec, ctx.nodes[i], assume_owned=True) is None]
+                  if pods.node_mismatch(g.selector, ctx.nodes[i], assume_owned=True) is None]
             if on:
                 out.append(Finding(
                     "cpu-pods-off-trays", g.obj.file, g.obj.line_at(g.path), g.where,
@@ -268,7 +268,8 @@ def _can_share(g: PodGroup, h: PodGroup, nodes: list[Node], plan: Plan) -> Node 
     asks = [pods.demand(g.spec), pods.demand(h.spec)]
     both = sorted(set(pods.candidates(g.spec, nodes)) & set(pods.candidates(h.spec, nodes)))
     for n in (nodes[i] for i in both):
-        if pods.mismatch(g.spec, n, True) is None and pods.mismatch(h.spec, n, True) is None \
+        if pods.node_mismatch(g.selector, n, True) is None \
+                and pods.node_mismatch(h.selector, n, True) is None \
                 and all(sum(a.get(r, Fraction(0)) for a in asks) <= cap
                         for r, cap in n.capacity.items() if _rule_for(r, plan)):
             return n
@@ -351,7 +352,7 @@ def placement_rules(ctx: Context) -> list[Finding]:
         demands, groups = [], []
         for g in b.groups:
             allowed = tuple(i for i in pods.candidates(g.spec, ctx.nodes)
-                            if pods.mismatch(g.spec, ctx.nodes[i], assume_owned=True) is None)
+                            if pods.node_mismatch(g.selector, ctx.nodes[i], True) is None)
             if not g.pods or not allowed:
                 continue  # no pods, or selector-matches-node says why
             template, claim = _channel(g.spec, templates)
