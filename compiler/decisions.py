@@ -29,7 +29,7 @@ def _shapes_decision(inputs: Inputs, sol: Solution) -> Decision:
 
 def _layout_decision(inputs: Inputs, sol: Solution) -> Decision:
     roles = sorted({c.role for c in sol.problem.candidates})
-    value = inputs.deployment.spec.objective.layout
+    value = inputs.resolved.layout
     if sol.problem.mode == "pinned":
         return Decision(path="objective.layout", value=value, source="user",
                         why="the pinned instances' roles: " + ", ".join(roles))

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from compiler import engine_policy
 from compiler.catalog.engine import Vllm, release_of
 from compiler.plan import Decision, Instance, ReleaseKernels
 from compiler.resolve import Choice, Resolved, is_multi_node_nvlink
@@ -100,21 +101,15 @@ def _connector_refusal(instance: Instance, plan: Vllm, run: Vllm) -> str | None:
     return None
 
 
-def _moe_ok(run: Vllm, fmt: str, backend: str, batched: bool) -> bool:
-    accepts, layouts = run.moe.accepts.get(fmt), run.moe.batched.get(fmt)
-    return bool(accepts and backend in accepts.value
-                and (not batched or (layouts and backend in layouts.value)))
-
-
-def instance_kernels(r: Resolved, r_run: Resolved, instance: Instance, family: str,
-                     moe: bool, multi: bool
+def instance_kernels(r: Resolved, run: Vllm, instance: Instance, family: str, moe: bool,
+                     multi: bool
                      ) -> tuple[ReleaseKernels | None, list[Choice], str | None]:
-    """One instance under `r_run`'s release: its kernels where they differ (None: the plan's),
+    """One instance under `run`'s release: its kernels where they differ (None: the plan's),
     the choices that differ, or why the release cannot run it."""
-    run, nodes = r_run.engines.vllm, len(instance.trays)
+    nodes = len(instance.trays)
     a2a, changed = instance.all2all_backend, []
     if a2a is not None and a2a not in run.all2all.backends.value:
-        pick = r_run.all2all(instance.role, nodes, multi)
+        pick = engine_policy.all2all(run, instance.role, nodes, multi)
         if pick.value not in run.all2all.backends.value:
             return None, [], (f"instances[{instance.id}]: --all2all-backend {a2a} is not in vLLM "
                               f"{run.version} ({run.all2all.backends.source}), nor a pick of "
@@ -123,10 +118,11 @@ def instance_kernels(r: Resolved, r_run: Resolved, instance: Instance, family: s
         changed.append(dataclasses.replace(
             pick, why=f"vLLM {run.version} has no {instance.all2all_backend} "
                       f"({run.all2all.backends.source}); its own pick: {pick.why}"))
-    env = r_run.all2all_env(a2a, nodes, multi).value if a2a else {}
+    env = engine_policy.all2all_env(run, a2a, nodes, multi).value
     backend, fmt = instance.moe_backend, r.expert_format.value
-    if backend is not None and not _moe_ok(run, fmt, backend, r_run.batched(a2a)):
-        pick = r_run.moe_backend(moe, family, a2a)
+    if backend is not None and not engine_policy.moe_accepts(
+            run, fmt, backend, engine_policy.batched(run, a2a)):
+        pick = engine_policy.moe_backend(run, fmt, moe, family, a2a)
         if pick.value is None:
             return None, [], (f"instances[{instance.id}]: --moe-backend {backend} does not run "
                               f"{fmt} experts in vLLM {run.version} "
@@ -149,7 +145,7 @@ def release_run(inputs: "Inputs", target: str, version: str,
     """What target `target`'s vLLM `version` runs of the plan (nothing to change when it is
     the plan's own release)."""
     r, system, model = inputs.resolved, inputs.system, inputs.model.spec
-    plan, spec = r.engines.vllm, inputs.deployment.spec.serving.speculative
+    plan, spec = r.engines.vllm, r.speculative
     if release_of(version) == plan.version:
         return ReleaseRun([], None, [])
     run = r.engines.release(version)
@@ -159,13 +155,12 @@ def release_run(inputs: "Inputs", target: str, version: str,
                               f"the plan's are vLLM {plan.version}'s", [])
     refused = serving_refusal(r, model.architecture, spec.method if spec else None, run) \
         or sized_refusal(plan, run)
-    r_run = dataclasses.replace(r, engines=r.engines.model_copy(update={"vllm": run}))
     kernels, decisions = [], []
     for i in sorted(instances, key=lambda i: i.id):
         if refused:
             break
         multi = is_multi_node_nvlink(system, len(i.trays))
-        k, changed, refused = instance_kernels(r, r_run, i, system.gpu.family,
+        k, changed, refused = instance_kernels(r, run, i, system.gpu.family,
                                                model.moe is not None, multi)
         refused = refused or _connector_refusal(i, plan, run)
         kernels += [k] if k else []

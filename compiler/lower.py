@@ -2,13 +2,13 @@
 
 import networkx as nx
 
-from compiler import arch, catalog, deploy, graph, site
+from compiler import arch, deploy, engine_policy, graph, site
 from compiler.decisions import decisions
 from compiler.engine_releases import release_run
 from compiler.host_memory import host_memory
 from compiler.ids import instance_id, natural, parse_instance
 from compiler.load import Inputs
-from compiler.memory import all2all_of, offload_gib, utilization
+from compiler.memory import offload_gib, utilization
 from compiler.plan import (
     Considered,
     Decision,
@@ -31,7 +31,7 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
-from compiler.resolve import Choice, is_multi_node_nvlink
+from compiler.resolve import Choice
 from compiler.shapes import Shape, stage_layers
 from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory
@@ -90,16 +90,16 @@ def _model(inputs: Inputs) -> ModelInfo:
 
 
 def _serving(inputs: Inputs) -> Serving:
-    d, r = inputs.deployment, inputs.resolved
-    s = d.spec.serving
+    r = inputs.resolved
     spec = None
-    if s.speculative:
-        extra = r.engines.vllm.speculative.options.get(s.speculative.method)
-        spec = Speculative(method=s.speculative.method, draft_tokens=s.speculative.draft_tokens,
-                           acceptance=s.speculative.acceptance,
+    if r.speculative:
+        extra = r.engines.vllm.speculative.options.get(r.speculative.method)
+        spec = Speculative(method=r.speculative.method,
+                           draft_tokens=r.speculative.draft_tokens,
+                           acceptance=r.speculative.acceptance,
                            options=dict(extra.value) if extra else {})
-    return Serving(name=d.metadata.name, namespace=s.namespace,
-                   vllm_version=s.vllm_version,
+    return Serving(name=r.name, namespace=r.namespace,
+                   vllm_version=r.vllm_version,
                    kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
                    max_model_len=r.max_model_len.value,
                    attention_backend=r.attention_backend.value,
@@ -110,30 +110,22 @@ def _serving(inputs: Inputs) -> Serving:
                                             and r.language_model_only.value))
 
 
-def _engine(inputs: Inputs, role: str, shape: Shape, trays: int,
-            pipelined: bool) -> tuple[dict, list[Choice]]:
-    """The engine choices of one instance (compiler.resolve), and their decisions;
+def _engine(inputs: Inputs, role: str, shape: Shape, pipelined: bool
+            ) -> tuple[dict, list[Choice]]:
+    """The engine policy of one instance (compiler.engine_policy), and its decisions;
     `pipelined`: a prefill instance of the layout has pipeline stages."""
     r = inputs.resolved
-    multi = is_multi_node_nvlink(inputs.system, trays)
-    a2a = all2all_of(inputs, role, shape)
-    choices = []
-    env: dict[str, str] = {}
-    if a2a is not None:
-        choices.append(r.all2all(role, trays, multi))
-        env_choice = r.all2all_env(a2a, trays, multi)
-        env = env_choice.value
-        if env:
-            choices.append(env_choice)
-    moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family, a2a)
-    if moe.value is not None:
-        choices.append(moe)
+    policy = engine_policy.of(inputs, role, shape)
+    choices = [c for c in (policy.all2all, policy.env if policy.env.value else None,
+                           policy.moe_backend if policy.moe_backend.value else None) if c]
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
-    connectors = r.kv_connectors(role, pipelined)
-    offload = inputs.deployment.spec.serving.weight_offload
-    fields = {"all2all_backend": a2a, "moe_backend": moe.value, "engram": engram.value,
-              "env": dict(sorted(env.items())), "kv_connectors": connectors.value,
-              "connector_env": r.connector_env(connectors.value),
+    connectors = engine_policy.kv_connectors(r.engines.vllm, role, r.kv_pool_dram.value,
+                                             pipelined)
+    offload = r.weight_offload
+    fields = {"all2all_backend": policy.all2all_backend,
+              "moe_backend": policy.moe_backend.value, "engram": engram.value,
+              "env": dict(sorted(policy.env.value.items())), "kv_connectors": connectors.value,
+              "connector_env": engine_policy.connector_env(r.engines.vllm, connectors.value),
               "cpu_offload_gib": offload_gib(inputs, shape),
               "cpu_offload_params": ["experts"] if offload and offload.experts_only else []}
     return fields, [*choices, connectors]
@@ -160,7 +152,7 @@ def _instances(inputs: Inputs, sol: Solution, g: nx.Graph
                    for d in _stage_needs(sol, w.role, w.shape, w.need, prefill_gpus))
         trays = sorted({graph.tray_of_gpu(g, x) for x in gpus}, key=natural)
         iid = kept_id or instance_id(w.role, k)
-        fields, choices = _engine(inputs, w.role, w.shape, len(trays), pipelined)
+        fields, choices = _engine(inputs, w.role, w.shape, pipelined)
         out.append(Instance(id=iid, role=w.role, shape=w.shape.name,
                             gpus=list(gpus), trays=trays, dp=w.shape.dp, ep=w.shape.ep,
                             tp=w.shape.tp, pp=w.shape.pp,
@@ -278,14 +270,12 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
-    dynamo_run = release_run(inputs, "dynamo", catalog.engines().dynamo.worker.vllm.value,
-                             instances)
-    site_plan = site.lower_site(inputs.deployment.spec.site, inputs.model.spec, hardware,
-                                instances, kv_pool, inputs.resolved.host,
-                                inputs.deployment.spec.serving.vllm_version, dynamo_run,
-                                expert_format=inputs.resolved.expert_format.value
+    r = inputs.resolved
+    dynamo_run = release_run(inputs, "dynamo", r.engines.dynamo.worker.vllm.value, instances)
+    site_plan = site.lower_site(r.site, inputs.model.spec, hardware, instances, kv_pool, r.host,
+                                r.vllm_version, dynamo_run, r.engines,
+                                expert_format=r.expert_format.value
                                 if inputs.model.spec.moe else None)
-    routing = inputs.deployment.spec.serving.routing
     return Plan(
         inputs_digest=inputs.resolved.digest,
         # one group: this system's (a mixed fleet's group: compiler.fleet adds what the plan
@@ -299,8 +289,8 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         host_memory=host,
         engram_shards=_engram(model, instances, g),
         kv_pool=kv_pool,
-        routing=Routing(policy=routing.policy, overlap_score_credit=routing.overlap_score_credit,
-                        block_size=inputs.resolved.block_size.value),
+        routing=Routing(policy=r.routing_policy.value, overlap_score_credit=r.overlap_score_credit,
+                        block_size=r.block_size.value),
         solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances,

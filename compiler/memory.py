@@ -23,8 +23,7 @@ rest of their KV budget unused.
 import math
 from dataclasses import dataclass
 
-from compiler import arch
-from compiler.resolve import is_multi_node_nvlink, nodes_of
+from compiler import arch, engine_policy
 from compiler.shapes import Shape, stage_layer_mix
 from schemas.model import ModelSpec
 
@@ -138,7 +137,7 @@ def offload_gib(inputs, shape: Shape) -> float:
     most the offloadable weights (routed experts only, or all). vLLM offloads whole parameters in
     load order until `--cpu-offload-gb` is reached (vllm/model_executor/offloader/uva.py), so
     the last one may take up to one layer's tensor more from HBM to host than this."""
-    asked = inputs.deployment.spec.serving.weight_offload
+    asked = inputs.resolved.weight_offload
     if asked is None:
         return 0.0
     r = inputs.resolved
@@ -163,14 +162,6 @@ def activations_gib(model: ModelSpec) -> float:
     return activations / GIB
 
 
-def all2all_of(inputs, role: str, shape: Shape) -> str | None:
-    """The dispatch backend of a DP+EP instance (None: no all-to-all)."""
-    if shape.dp <= 1 or shape.ep <= 1:
-        return None
-    nodes = nodes_of(shape, inputs.system)
-    return inputs.resolved.all2all(role, nodes, is_multi_node_nvlink(inputs.system, nodes)).value
-
-
 def gpu_budget(inputs, role: str, shape: Shape, engram_gpus: int) -> GpuBudget:
     """One GPU of `shape` in `role` (with pipeline stages: of the stage whose KV cache holds
     the fewest tokens, which bounds the instance's); the Engram tables (when this role keeps
@@ -186,7 +177,7 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
     per_token = kv_bytes_per_token_per_gpu(model, shape, dtype)
     window = arch.kv_window_bytes_per_request(model, dtype)
     engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
-    buffers = r.engine_buffers_gib(all2all_of(inputs, role, shape), nodes_of(shape, inputs.system))
+    buffers = engine_policy.of(inputs, role, shape).buffers_gib
     workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
     offload = offload_gib(inputs, shape)
     full, sliding = model.layers - model.attention.sliding_layers, model.attention.sliding_layers

@@ -34,9 +34,9 @@ def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | No
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
-    objective = inputs.deployment.spec.objective
+    r = inputs.resolved
     unavailable = inputs.hardware.spec.unavailable
-    if objective.mode != "pinned" or unavailable.trays or unavailable.gpus \
+    if r.objective_mode.value != "pinned" or unavailable.trays or unavailable.gpus \
             or inputs.resolved.kv_pool_dram.value:
         return None
     from compiler import prediction  # the perf model: only for a pinned layout (`check`)
@@ -49,7 +49,7 @@ def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | No
     pre = precheck_counts(inputs, available)
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
-    pins = [(e, parse_shape(e.shape)) for e in objective.instances]
+    pins = [(e, parse_shape(e.shape)) for e in r.pins]
     if sum(shape.gpus * e.count for e, shape in pins) > available:
         return None
     w = workload(inputs)

@@ -78,7 +78,7 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
 def _check_offload(inputs: Inputs) -> list[Diagnostic]:
     """Every GPU of a tray may offload what serving.weight_offload asks for: that must fit in
     the tray's DRAM beside the node reserve and the engine processes (compiler.host_memory)."""
-    asked = inputs.deployment.spec.serving.weight_offload
+    asked = inputs.resolved.weight_offload
     if asked is None:
         return []
     r, gpus = inputs.resolved, inputs.system.gpus_per_tray
@@ -96,20 +96,20 @@ def _check_offload(inputs: Inputs) -> list[Diagnostic]:
 
 def _named(inputs: Inputs) -> list[str]:
     """Shape names the deployment writes: its pins and objective.shapes."""
-    objective = inputs.deployment.spec.objective
-    return [e.shape for e in objective.instances] + [
-        n for role in ROLES for n in getattr(objective.shapes, role) or []]
+    r = inputs.resolved
+    return [e.shape for e in r.pins] + [
+        n for role in ROLES for n in getattr(r.shape_search, role) or []]
 
 
 def _check_pins(inputs: Inputs, fits: list[ShapeFit], available: int) -> list[Diagnostic]:
     """Each pinned shape, and each shape named in objective.shapes, exists for the model and
     fits in HBM (role aggregated: as decode)."""
-    objective = inputs.deployment.spec.objective
+    r = inputs.resolved
     named = [(("instances", j, "shape"), entry.role, entry.shape)
-             for j, entry in enumerate(objective.instances)]
+             for j, entry in enumerate(r.pins)]
     for role in ROLES:
         named += [(("shapes", role, j), role, name)
-                  for j, name in enumerate(getattr(objective.shapes, role) or [])]
+                  for j, name in enumerate(getattr(r.shape_search, role) or [])]
     src = inputs.sources["deployment"]
     out = []
     for where, role, name in named:

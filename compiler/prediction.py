@@ -54,7 +54,7 @@ def predict(inputs: Inputs, layouts: list[Layout], available_gpus: int,
 
 
 def slo_checks(inputs: Inputs, metrics: Predicted) -> list[SloCheck]:
-    slo = inputs.deployment.spec.slo
+    slo = inputs.resolved.slo
     out = []
     for name, key, higher in SLOS:
         target = getattr(slo, name)
@@ -75,7 +75,7 @@ def decode_slots(layouts: list[Layout]) -> int:
 def concurrency_warnings(inputs: Inputs, layouts: list[Layout]) -> list[Diagnostic]:
     """W511 when the workload states more requests in flight than the decode batches hold:
     the rest queue (the closed loop keeps them waiting for a slot, which TTFT includes)."""
-    stated = inputs.deployment.spec.workload.concurrency
+    stated = inputs.resolved.stated_concurrency
     slots = decode_slots(layouts)
     if not stated or not slots or stated <= slots:
         return []
@@ -106,7 +106,7 @@ def slo_warnings(inputs: Inputs, metrics: Predicted | None) -> list[Diagnostic]:
             "warning", "W510", src.file, pos.line, pos.column, format_path(path),
             f"{'at least' if higher else 'at most'} {check.target:g}",
             f"{check.predicted:g} predicted for this layout",
-            _HINTS[inputs.deployment.spec.objective.mode]))
+            _HINTS[inputs.resolved.objective_mode.value]))
     return out
 
 

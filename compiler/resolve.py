@@ -17,6 +17,14 @@ from compiler.catalog.system import System
 from compiler.plan import Decision
 from compiler.shapes import Shape
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
+from schemas.deployment import (
+    PinnedInstances,
+    ShapeSearch,
+    Slo,
+    Speculative,
+    WeightOffload,
+)
+from schemas.site import Site
 from schemas.source import SourceMap
 
 T = TypeVar("T")
@@ -78,12 +86,23 @@ class Resolved:
     image_tokens: float  # prompt tokens per request that images bring (included in isl)
     tokens_per_image: int
     objective_mode: Choice[str]
+    layout: str  # objective.layout: any | disaggregated | aggregated
+    shape_search: ShapeSearch  # the user's shapes per role (None: every shape that fits)
+    pins: tuple[PinnedInstances, ...]  # objective.instances (pinned mode)
+    slo: Slo
     routing_policy: Choice[str]
+    overlap_score_credit: float
+    speculative: Speculative | None
+    weight_offload: WeightOffload | None
     host_reserved_gib: Choice[float]  # per tray, not allocatable to pods
     host: HostReserve
     uses_draft: bool
     language_model_only: Choice[bool] | None  # skip the vision tower (None: the model has none)
     engines: Engines
+    site: Site  # what the cluster decides: images, RDMA, model cache (compiler.site lowers it)
+    name: str  # the deployment's
+    namespace: str
+    vllm_version: str
     digest: str  # the inputs and every catalog file used
 
     def choices(self) -> list[Choice]:
@@ -97,89 +116,18 @@ class Resolved:
         return next(c.value for c in self.workload if c.path == f"workload.{name}")
 
     @property
+    def stated_concurrency(self) -> int | None:
+        """The requests in flight the deployment states (None: the profile's, not stated)."""
+        c = next(c for c in self.workload if c.path == "workload.concurrency")
+        return int(c.value) if c.source == "user" else None
+
+    @property
     def loads_vision(self) -> bool:
         return self.language_model_only is not None and not self.language_model_only.value
 
     def engram_in_hbm(self, role: str) -> bool:
         placement = self.engram_prefill if role == "prefill" else self.engram_decode
         return placement.value == "hbm"
-
-    def all2all(self, role: str, nodes: int, multi_node_nvlink: bool) -> Choice[str]:
-        """The DP+EP dispatch backend of an instance spanning `nodes` trays."""
-        a = self.engines.vllm.all2all
-        if role == "decode":
-            fact, why = a.decode, "decode dispatch"
-        elif nodes == 1:
-            fact, why = a.prefill_one_node, "prefill inside one node"
-        elif multi_node_nvlink:
-            fact, why = a.prefill_multi_node_nvlink, "prefill across trays of one NVLink domain"
-        else:
-            fact, why = a.prefill_multi_node_rdma, "prefill across nodes over RDMA"
-        return Choice("all2all_backend", fact.value, "catalog", f"{why} ({fact.source})")
-
-    def all2all_env(self, backend: str, nodes: int, multi_node_nvlink: bool
-                    ) -> Choice[dict[str, str]]:
-        env = self.engines.vllm.all2all.multi_node_nvlink_env.get(backend)
-        if env is None or nodes == 1 or not multi_node_nvlink:
-            return Choice("env", {}, "catalog", "no extra environment")
-        return Choice("env", dict(env.value), CAPABILITY,
-                      f"{backend} across trays must be told to use MNNVL ({env.source})")
-
-    def batched(self, all2all: str | None) -> bool:
-        return all2all in self.engines.vllm.all2all.batched_layout.value
-
-    def moe_backend(self, moe: bool, family: str, all2all: str | None) -> Choice[str | None]:
-        """The expert kernels for the checkpoint's format and the dispatch's activation layout."""
-        if not moe or self.expert_format.value == "bf16":
-            return Choice("moe_backend", None, "default", "vLLM's own choice for BF16 experts")
-        m = self.engines.vllm.moe
-        fmt, layout = self.expert_format.value, ("batched" if self.batched(all2all)
-                                                  else "standard")
-        fam = "blackwell" if family in BLACKWELL_FAMILY else "hopper"
-        for pick in m.prefer:
-            if pick.family in (fam, "any") and pick.format == fmt and pick.layout in (layout,
-                                                                                     "any"):
-                ok = pick.value in m.accepts[fmt].value and (
-                    layout == "standard" or pick.value in m.batched[fmt].value)
-                if ok:
-                    fallback = fmt == "mxfp4" and fam == "blackwell"
-                    why = (f"{fmt} experts, {layout} activations ({pick.source})"
-                           + ("; SYSTEM.md's NVFP4 flashinfer_cutedsl does not load MXFP4 ("
-                              f"{m.accepts[fmt].source})" if fallback else ""))
-                    return Choice("moe_backend", pick.value, CAPABILITY if fallback
-                                  else "catalog", why)
-        return Choice("moe_backend", None, "default",
-                      f"no listed backend for {fmt} {layout} experts on {family}: vLLM picks")
-
-    def kv_connectors(self, role: str, pipelined: bool = False) -> Choice[list[str]]:
-        """P/D instances hand KV over with NIXL (by push, all of them, where a prefill is
-        `pipelined`); with the pool, the Mooncake store rides along (MultiConnector);
-        aggregated ones only use the store."""
-        c = self.engines.vllm.kv_connectors
-        chosen = []
-        if role in ("prefill", "decode"):
-            chosen.append(c.disaggregated_pipelined if pipelined else c.disaggregated)
-        if self.kv_pool_dram.value:
-            chosen.append(c.store)
-        names = [f.value for f in chosen]
-        why = "; ".join(f.source for f in chosen) or "no P/D hand-off and no pool"
-        if len(chosen) > 1:
-            why += f"; together in {c.combine.value} ({c.combine.source})"
-        return Choice("kv_connectors", names, "catalog", why)
-
-    def connector_env(self, connectors: list[str]) -> list[str]:
-        """The environment variables the connectors read (the targets set them)."""
-        env = self.engines.vllm.kv_connectors.env
-        return sorted({v for n in connectors if n in env for v in env[n].value})
-
-    def engine_buffers_gib(self, all2all: str | None, nodes: int) -> float:
-        """DeepEP's buffers, allocated inside the engine's budget before the profile run."""
-        mem = self.engines.vllm.memory
-        if all2all == "deepep_low_latency":
-            return mem.deepep_nvl_gib.value + mem.deepep_ll_rdma_gib.value
-        if all2all == "deepep_high_throughput":
-            return mem.deepep_nvl_gib.value + (mem.deepep_rdma_gib.value if nodes > 1 else 0.0)
-        return 0.0
 
 
 def nodes_of(shape: Shape, system: System) -> int:
@@ -271,14 +219,19 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         tokens_per_image=dep.spec.workload.tokens_per_image or 0,
         objective_mode=_user(src, "objective.mode", dep.spec.objective.mode,
                              "throughput under the SLO is the default objective"),
+        layout=dep.spec.objective.layout, shape_search=dep.spec.objective.shapes,
+        pins=tuple(dep.spec.objective.instances), slo=dep.spec.slo,
         routing_policy=_user(src, "serving.routing", s.routing.policy,
                              "KV-aware routing: least uncached work (SYSTEM.md)"),
+        overlap_score_credit=s.routing.overlap_score_credit,
+        speculative=s.speculative, weight_offload=s.weight_offload,
         host_reserved_gib=reserved,
         host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
                          engines.mooncake.store.local_buffer_gib.value),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
         language_model_only=_language_model_only(dep, model),
-        engines=engines,
+        engines=engines, site=dep.spec.site, name=dep.metadata.name, namespace=s.namespace,
+        vllm_version=s.vllm_version,
         digest=_digest(digest, dep, hardware, model),
     )
 

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from compiler import arch, catalog
+from compiler.catalog.engine import Engines
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
@@ -76,16 +77,16 @@ def runtime_version_override(images: spec.Images) -> str | None:
                                 _tag(images.dynamo)) else images.dynamo_version
 
 
-def dynamo_refusal(instances: list[Instance]) -> str | None:
+def dynamo_refusal(engines: Engines, instances: list[Instance]) -> str | None:
     """Dynamo's prefill handler resolves a P/D protocol per request from the worker's
     connector (a wrapper's one P/D member) and raises for any name it has none for."""
-    worker = catalog.engines().dynamo.worker
+    worker = engines.dynamo.worker
     protocols = worker.kv_connector_protocols.value
     for i in sorted(instances, key=lambda i: i.id):
         if i.role != "aggregated" and i.kv_connectors and \
                 not set(i.kv_connectors) & set(protocols):
             return (f"instances[{i.id}] hands KV off by {', '.join(i.kv_connectors)}, but "
-                    f"Dynamo {catalog.engines().dynamo.version}'s prefill handler takes only "
+                    f"Dynamo {engines.dynamo.version}'s prefill handler takes only "
                     f"{', '.join(protocols)} "
                     f"({worker.kv_connector_protocols.source.split(' (')[0]})")
     return None
@@ -95,10 +96,10 @@ def _fact(kind: type[Sizes | Names | Name | Env], fact: Any) -> Any:
     return kind(value=fact.value, source=fact.source)
 
 
-def engine_facts(version: str, expert_format: str | None, dynamo: bool) -> EngineFacts:
+def engine_facts(engines: Engines, version: str, expert_format: str | None, dynamo: bool
+                 ) -> EngineFacts:
     """What vLLM `version` (and, for a Dynamo worker, the pinned Dynamo) can run, as far as
     validate checks the engines' flags: the plan's copy of the release's fact set."""
-    engines = catalog.engines()
     run = engines.release(version) or engines.vllm
     moe = (run.moe.accepts.get(expert_format), run.moe.batched.get(expert_format)) \
         if expert_format else (None, None)
@@ -116,23 +117,25 @@ def engine_facts(version: str, expert_format: str | None, dynamo: bool) -> Engin
         connector_wrappers=_fact(Names, worker.multi_connector_wrappers) if dynamo else None)
 
 
-def engine_runs(images: spec.Images, vllm_version: str, instances: list[Instance],
-                dynamo_run: "ReleaseRun | None", expert_format: str | None
-                ) -> dict[str, EngineRun]:
+def engine_runs(engines: Engines, images: spec.Images, vllm_version: str,
+                instances: list[Instance], dynamo_run: "ReleaseRun | None",
+                expert_format: str | None) -> dict[str, EngineRun]:
     """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
     not import under another), with that release's kernels (`dynamo_run`,
     compiler.engine_releases; None: the plan's own, for plans built without inputs); the plain
     vLLM image runs the release the plan is read for. `expert_format`: how the routed experts
     load (None: a dense model)."""
-    worker_vllm = catalog.engines().dynamo.worker.vllm.value
+    worker_vllm = engines.dynamo.worker.vllm.value
     return {"dynamo": EngineRun(image=images.dynamo, vllm=worker_vllm,
                                 dynamo=images.dynamo_version,
-                                refused=dynamo_refusal(instances)
+                                refused=dynamo_refusal(engines, instances)
                                 or (dynamo_run.refused if dynamo_run else None),
-                                facts=engine_facts(worker_vllm, expert_format, dynamo=True),
+                                facts=engine_facts(engines, worker_vllm, expert_format,
+                                                   dynamo=True),
                                 kernels=dynamo_run.kernels if dynamo_run else []),
             "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None,
-                              facts=engine_facts(vllm_version, expert_format, dynamo=False))}
+                              facts=engine_facts(engines, vllm_version, expert_format,
+                                                 dynamo=False))}
 
 
 def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
@@ -283,7 +286,7 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
                instances: list[Instance], kv_pool: KvPool, host: HostReserve,
-               vllm_version: str, dynamo_run: "ReleaseRun | None" = None, *,
+               vllm_version: str, dynamo_run: "ReleaseRun | None", engines: Engines, *,
                expert_format: str | None) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
@@ -309,7 +312,8 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         mooncake_local_buffer_bytes=round(host.mooncake_buffer_gib_per_rank * GIB),
         host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
-        engines=engine_runs(images, vllm_version, instances, dynamo_run, expert_format),
+        engines=engine_runs(engines, images, vllm_version, instances, dynamo_run,
+                            expert_format),
         cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
         pod_security_level=pod_security_level(kinds))
 
@@ -337,7 +341,7 @@ def _from_deployment(inputs: "Inputs", path: str, value: object, why_default: st
 def decisions(inputs: "Inputs", site: Site) -> list[Decision]:
     """Why each site choice is what it is: the user's, or the default and where it is from."""
     cache, images = site.model_cache, site.images
-    given_timeout = inputs.deployment.spec.site.model_cache.engine_ready_timeout_s
+    given_timeout = inputs.resolved.site.model_cache.engine_ready_timeout_s
     out = [
         _from_deployment(inputs, "site.images.dynamo", images.dynamo,
                         "Dynamo's NGC vLLM runtime of dynamo_version; it must hold the vLLM "

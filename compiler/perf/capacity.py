@@ -54,11 +54,11 @@ def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workloa
 
 def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int | None,
                      enforce_slo: bool = True) -> Candidate:
-    slo = inputs.deployment.spec.slo
+    slo = inputs.resolved.slo
     ctx = context(inputs, shape.gpus, "decode", shape)
     kv = kv_capacity_requests(inputs, shape, "decode", shape.gpus, w)
     cap = min(MAX_DECODE_BATCH, kv) if batch_cap is None else min(kv, batch_cap)
-    stated = inputs.deployment.spec.workload.concurrency
+    stated = inputs.resolved.stated_concurrency
     if batch_cap is None and stated:  # a rank never holds more than its share of those
         cap = min(cap, max(1, math.ceil(stated / shape.dp)))
     kv_len = w.isl + w.osl / 2
@@ -133,7 +133,7 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
 
 def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
     """Highest prefill utilisation whose TTFT (with queueing) stays within the SLO."""
-    slo = inputs.deployment.spec.slo
+    slo = inputs.resolved.slo
     best = MAX_UTILISATION
     for limit_ms, q in ((slo.ttft_ms_p50, 0.5), (slo.ttft_ms_p90, 0.9)):
         if limit_ms is None:
@@ -157,7 +157,7 @@ def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
     the SLO (`max_batch` given or `enforce_slo` off: that batch, or what the KV holds), and
     the requests/s it then sustains, from the serving model's aggregated prediction.
     `search_up_to`: a batch known to miss the SLO beyond (the shape's decode-only batch)."""
-    slo = inputs.deployment.spec.slo
+    slo = inputs.resolved.slo
     kv = decode_candidate(inputs, shape, w, max_batch, enforce_slo=False)
     if kv.max_batch < 1:
         return Candidate("aggregated", shape, 0.0, 0, 0, 0.0, kv.why_not)

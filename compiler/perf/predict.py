@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from compiler import arch, catalog
+from compiler import arch, catalog, engine_policy
 from compiler.load import Inputs, layout
-from compiler.memory import all2all_of, gpu_budget, offload_gib
+from compiler.memory import gpu_budget, offload_gib
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     UNBOUNDED_CONCURRENCY,
@@ -68,17 +68,13 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
 
 
 def _context(inputs: Inputs, engram_gpus: int, role: str, shape: Shape | None) -> PerfContext:
-    spec = inputs.deployment.spec.serving.speculative
     r = inputs.resolved
+    spec, asked = r.speculative, r.weight_offload
     weight_only, offload, batched = False, 0.0, False
     if shape is not None:
-        a2a = all2all_of(inputs, role, shape)
-        batched = r.batched(a2a)
-        moe = r.moe_backend(inputs.model.spec.moe is not None, inputs.system.gpu.family,
-                            a2a).value
-        weight_only = moe in r.engines.vllm.moe.weight_only.value
+        policy = engine_policy.of(inputs, role, shape)
+        weight_only, batched = policy.weight_only, policy.batched_experts
         offload = offload_gib(inputs, shape)
-    asked = inputs.deployment.spec.serving.weight_offload
     return _interned(
         model=inputs.model.spec, system=inputs.system,
         ops=system_ops(inputs.system.name, inputs.kernels),
@@ -224,8 +220,8 @@ def operating_workload(inputs: Inputs) -> Workload:
     in throughput and pinned mode (admission stops at the layout's goodput, so a layout
     predicts the same whichever mode chose it); latency mode keeps the profile's."""
     w = workload(inputs)
-    if inputs.deployment.spec.objective.mode != "latency" and \
-            inputs.deployment.spec.workload.concurrency is None:
+    r = inputs.resolved
+    if r.objective_mode.value != "latency" and r.stated_concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
     return w
 

@@ -39,7 +39,7 @@ class Options:
 def slo_of(inputs: Inputs) -> dict[str, float]:
     """The per-request SLO goodput counts against: the tightest stated TTFT and per-user
     rate (a P90 target applies to each request, as a P50 one does)."""
-    s = inputs.deployment.spec.slo
+    s = inputs.resolved.slo
     out = {}
     ttft = [x for x in (s.ttft_ms_p50, s.ttft_ms_p90) if x is not None]
     rate = [x for x in (s.tokens_per_s_per_user_p50, s.tokens_per_s_per_user_p90)
@@ -70,8 +70,8 @@ def requests_for(inputs: Inputs, plan: Plan, opts: Options,
     w = fleet_workload(fleet or (inputs,))
     profile = opts.profile
     if profile is None:
-        stated = inputs.deployment.spec.workload.concurrency is not None \
-            or inputs.deployment.spec.objective.mode != "throughput"
+        r = inputs.resolved
+        stated = r.stated_concurrency is not None or r.objective_mode.value != "throughput"
         profile = "closed" if stated else "poisson"
     rate = opts.rate_per_s
     if rate is None and plan.predicted is not None:

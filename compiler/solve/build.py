@@ -22,8 +22,7 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
     """User requirements an infeasibility explanation may name, and the GPUs each
     `unavailable` entry takes away."""
     reqs: dict[str, Requirement] = {}
-    slo = inputs.deployment.spec.slo
-    mode = inputs.deployment.spec.objective.mode
+    slo, mode = inputs.resolved.slo, inputs.resolved.objective_mode.value
     if mode != "pinned":
         for key, fields in (("slo", ("tokens_per_s_per_user_p90", "tokens_per_s_per_user_p50")),
                             ("ttft", ("ttft_ms_p90", "ttft_ms_p50"))):
@@ -33,7 +32,7 @@ def requirements(inputs: Inputs) -> tuple[dict[str, Requirement], dict[str, set[
                     reqs[key] = Requirement(key, "deployment", ("spec", "slo", f),
                                             f"slo.{f}: {value:g}")
                     break
-    for j, pin in enumerate(inputs.deployment.spec.objective.instances):
+    for j, pin in enumerate(inputs.resolved.pins):
         key = f"pin:{j:02d}"
         reqs[key] = Requirement(key, "deployment", ("spec", "objective", "instances", j),
                                 f"{pin.count} x {pin.role} {pin.shape}")
@@ -58,14 +57,14 @@ def _pins(inputs: Inputs, reqs: dict[str, Requirement]) -> list[Pin]:
     """The pinned entries (their shapes were checked by precheck)."""
     return [Pin(entry.role, parse_shape(entry.shape), entry.count, reqs[f"pin:{j:02d}"],
                 entry.max_batch, entry.max_batched_tokens)
-            for j, entry in enumerate(inputs.deployment.spec.objective.instances)]
+            for j, entry in enumerate(inputs.resolved.pins)]
 
 
 def build_problem(inputs: Inputs, g, pre: Precheck, kept: Sequence[Kept] = (),
                   next_id: dict[str, int] | None = None) -> Problem:
     """`kept`: instances that stay (incremental recompile); their shapes join the candidates."""
     reqs, down = requirements(inputs)
-    mode = inputs.deployment.spec.objective.mode
+    mode = inputs.resolved.objective_mode.value
     w, hit, guess = _candidate_basis(inputs, g)
     if mode == "pinned":
         pins = _pins(inputs, reqs)

@@ -28,12 +28,12 @@ def searched_roles(inputs: Inputs, mode: str) -> tuple[str, ...]:
     serves batch-1 sessions); otherwise what objective.layout allows."""
     if mode == "latency":
         return ROLES["disaggregated"]
-    return ROLES[inputs.deployment.spec.objective.layout]
+    return ROLES[inputs.resolved.layout]
 
 
 def _searched(inputs: Inputs, pre: Precheck, role: str, mode: str) -> list[Shape]:
     fits = pre.feasible("decode" if role == "aggregated" else role)
-    user = getattr(inputs.deployment.spec.objective.shapes, role)
+    user = getattr(inputs.resolved.shape_search, role)
     if user is not None:
         return [s for s in fits if s.name in user]
     if role == "decode" and mode == "latency":

@@ -205,7 +205,8 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
                           considered=[]),
         predicted=None, decisions=[],
         site=site.lower_site(ROUTED, catalog.model(model.name).spec, hardware, instances, pool,
-                             host_reserve(tray_dram_gib), serving.vllm_version,
+                             host_reserve(tray_dram_gib), serving.vllm_version, None,
+                             catalog.engines(),
                              expert_format=model.expert_format if model.moe else None),
         parsers=site.parsers(model.name)))
 
@@ -362,7 +363,7 @@ def vr_nvl72_site_plan() -> Plan:
     })
     return with_notices(plan.model_copy(update={"site": site.lower_site(
         cfg, catalog.model(plan.model.name).spec, plan.fleet[0], plan.instances, plan.kv_pool,
-        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version,
+        host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version, None, catalog.engines(),
         expert_format=plan.model.expert_format if plan.model.moe else None)}))
 
 

@@ -28,7 +28,7 @@ def with_site(plan: Plan, cfg: Site) -> Plan:
     capacity = next(iter(plan.host_memory.values())).capacity_gib
     new = site.lower_site(cfg, catalog.model(plan.model.name).spec, plan.fleet[0],
                           plan.instances, plan.kv_pool, host_reserve(capacity),
-                          plan.serving.vllm_version,
+                          plan.serving.vllm_version, None, catalog.engines(),
                           expert_format=plan.model.expert_format if plan.model.moe else None)
     return plan.model_copy(update={"site": new})
 

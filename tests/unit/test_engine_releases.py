@@ -137,8 +137,9 @@ def test_a_release_without_a_fact_set_is_refused(inputs):
 
 def test_the_release_refusal_reaches_the_plan(inputs):
     plan = compiled_plan(VR)
-    runs = site.engine_runs(inputs.deployment.spec.site.images, "0.33.0", plan.instances,
-                            ReleaseRun([], "why", []), plan.model.expert_format)
+    runs = site.engine_runs(inputs.resolved.engines, inputs.resolved.site.images, "0.33.0",
+                            plan.instances, ReleaseRun([], "why", []),
+                            plan.model.expert_format)
     assert runs["dynamo"].refused == "why" and runs["vllm"].refused is None
 
 

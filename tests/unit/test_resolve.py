@@ -39,18 +39,6 @@ def test_block_size_follows_the_kernel_of_the_gpu(tmp_path, system, block):
     assert inputs(tmp_path, system, "deepseek-v4.1-flash").resolved.block_size.value == block
 
 
-def test_nvfp4_experts_keep_the_cutedsl_kernel_and_mxfp4_fall_back(tmp_path):
-    """Only MXFP4 checkpoints (V4.1, gpt-oss) leave SYSTEM.md's NVFP4 CuTe-DSL kernel."""
-    r = inputs(tmp_path, "gb300-nvl72", "deepseek-v4.1-flash").resolved
-    assert r.expert_format.value == "mxfp4"
-    standard = r.moe_backend(True, "blackwell", "deepep_high_throughput")
-    batched = r.moe_backend(True, "blackwell", "deepep_low_latency")
-    assert (standard.value, batched.value) == ("flashinfer_trtllm", "marlin")
-    assert standard.source == batched.source == CAPABILITY
-    fp8 = inputs(tmp_path, "gb300-nvl72", "deepseek-v3").resolved
-    assert fp8.moe_backend(True, "blackwell", "deepep_low_latency").value == "deep_gemm"
-
-
 def test_engine_fallbacks_are_decisions(tmp_path):
     r = inputs(tmp_path, "vera-rubin-nvl72", "deepseek-v4.1-flash",
                "{kv_pool: {dram: true, hbm: true}}").resolved
