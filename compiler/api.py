@@ -244,8 +244,8 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
                     for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
         plan, fresh = merge(fleet, plans), None
     warnings += [d for group in fleet for d in invented_node_names(group)]
-    plan = with_notices(plan)
     inputs = fleet[0]
+    plan = with_notices(plan, inputs.resolved.engines)
     clock["planned"] = time.perf_counter()
     if emitter is not None:
         emitter.start(plan, only)  # the child emits the targets while plan.yaml is written

@@ -59,11 +59,12 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
     model, system = inputs.model.spec, inputs.system
     capacity = system.gpu.hbm_gib.value
     fits = []
-    shapes = candidate_shapes(model, system, max(available, 1))
+    pipeline = inputs.resolved.engines.vllm.pipeline
+    shapes = candidate_shapes(model, system, max(available, 1), pipeline)
     for name in _named(inputs):  # a pinned or named shape outside the usual sizes (EP48)
         shape = parse_shape(name)
         if shape and shape not in shapes and \
-                shape_problem(shape, model, system, max(available, 1)) is None:
+                shape_problem(shape, model, system, max(available, 1), pipeline) is None:
             shapes.append(shape)
     for shape in shapes:
         for role in ROLES if shape.pp == 1 else ("prefill",):  # stages serve prefill only
@@ -143,7 +144,8 @@ def shape_fit_problem(inputs: Inputs, fits: list[ShapeFit], role: str, name: str
     if shape is None:
         return ("TPnEPm needs m = n (experts spread over the tensor-parallel ranks), PPm "
                 "m >= 2"), ok
-    problem = shape_problem(shape, inputs.model.spec, inputs.system, max(available, 1))
+    problem = shape_problem(shape, inputs.model.spec, inputs.system, max(available, 1),
+                            inputs.resolved.engines.vllm.pipeline)
     if problem is None and shape.pp > 1 and role != "prefill":
         problem = ("pipeline stages serve prefill only (rackc does not model decode through "
                    f"stages); use {shape.name.rsplit('PP', 1)[0]} for {asked}")

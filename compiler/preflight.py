@@ -9,7 +9,7 @@ the site has to supply its part.
 
 import re
 
-from compiler import catalog
+from compiler.catalog.engine import Engines
 from compiler.ids import gpu_of_domain
 from compiler.names import graph_name
 from compiler.plan import Notice, Plan
@@ -19,15 +19,16 @@ def _notice(path: str, target: str, problem: str, hint: str) -> Notice:
     return Notice(path=path, target=target, problem=problem, hint=hint)
 
 
-def with_notices(plan: Plan) -> Plan:
-    """The plan with what its site must supply."""
-    return plan.model_copy(update={"notices": notices(plan)})
+def with_notices(plan: Plan, engines: Engines) -> Plan:
+    """The plan with what its site must supply; `engines`: the fact set it was compiled with
+    (compiler.resolve)."""
+    return plan.model_copy(update={"notices": notices(plan, engines)})
 
 
-def notices(plan: Plan) -> list[Notice]:
+def notices(plan: Plan, engines: Engines) -> list[Notice]:
     images, out = plan.site.images, []
     dynamo = plan.site.engines["dynamo"]
-    worker = catalog.engines().dynamo.worker
+    worker = engines.dynamo.worker
     if dynamo.refused:
         out.append(_notice(
             "serving", "k8s",
@@ -59,7 +60,7 @@ def notices(plan: Plan) -> list[Notice]:
                 "" if dynamo.refused else ", or serve through k8s/ (Dynamo's frontend routes "
                 "P/D)")))
     if plan.kv_pool.enabled:
-        wheel = catalog.engines().mooncake.wheel
+        wheel = engines.mooncake.wheel
         out.append(_notice(
             "site.images.vllm", "k8s",
             f"the Mooncake master runs `mooncake_master` from {images.vllm}, and every engine "

@@ -14,6 +14,7 @@ refused (catalog/engines/vllm-0.33.yaml pipeline.with_data_parallel).
 import re
 from dataclasses import dataclass
 
+from compiler.catalog.engine import Pipeline
 from compiler.catalog.system import System
 from schemas.model import ModelSpec
 
@@ -86,10 +87,12 @@ def stage_layer_mix(model: ModelSpec, pp: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: int) -> str | None:
-    """Why `shape` cannot be used for this model on this system, or None."""
+def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: int,
+                  pipeline: Pipeline) -> str | None:
+    """Why `shape` cannot be used for this model on this system, or None; `pipeline`: what
+    the engine pipelines (catalog/engines/vllm-<release>.yaml, through compiler.resolve)."""
     if shape.pp > 1:
-        problem = _pipeline_problem(shape, model)
+        problem = _pipeline_problem(shape, model, pipeline)
         if problem:
             return problem
     if shape.ep > 1 and not model.moe:
@@ -112,10 +115,7 @@ def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: in
     return None
 
 
-def _pipeline_problem(shape: Shape, model: ModelSpec) -> str | None:
-    from compiler.catalog import engines
-
-    pipeline = engines().vllm.pipeline
+def _pipeline_problem(shape: Shape, model: ModelSpec, pipeline: Pipeline) -> str | None:
     if shape.dp > 1 and not pipeline.with_data_parallel.value:
         return (f"rackc does not lay out data-parallel ranks with pipeline stages (use "
                 f"TP{shape.dp}EP{shape.dp}PP{shape.pp} or TP{shape.dp}PP{shape.pp})")
@@ -136,10 +136,11 @@ def _pipeline_problem(shape: Shape, model: ModelSpec) -> str | None:
     return None
 
 
-def candidate_shapes(model: ModelSpec, system: System, total_gpus: int) -> list[Shape]:
+def candidate_shapes(model: ModelSpec, system: System, total_gpus: int, pipeline: Pipeline
+                     ) -> list[Shape]:
     names = [f"TP{n}" for n in TP_SIZES]
     if model.moe:
         names += [f"DEP{n}" for n in DEP_SIZES] + [f"TP{n}EP{n}" for n in TPEP_SIZES]
     shapes = [parse_shape(n) for n in names]
-    ok = [s for s in shapes if s and shape_problem(s, model, system, total_gpus) is None]
+    ok = [s for s in shapes if s and shape_problem(s, model, system, total_gpus, pipeline) is None]
     return sorted(ok, key=lambda s: (s.kind, s.gpus))

@@ -78,7 +78,9 @@ def _context(inputs: Inputs, engram_gpus: int, role: str, shape: Shape | None) -
     return _interned(
         model=inputs.model.spec, system=inputs.system,
         ops=system_ops(inputs.system.name, inputs.kernels),
-        kv_dtype=r.kv_cache_dtype.value, draft_tokens=spec.draft_tokens if spec else 0,
+        kv_dtype=r.kv_cache_dtype.value,
+        stage_tensors=r.engines.vllm.pipeline.stage_tensors.value,
+        draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
         moe_weight_only=weight_only, batched_experts=batched, offload_gib=offload,

@@ -18,7 +18,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from compiler import arch, memory
-from compiler.catalog import engines
 from compiler.catalog.system import System
 from compiler.perf import comm, routing
 from compiler.perf.ops import BYTES as OP_BYTES
@@ -52,6 +51,7 @@ class PerfContext:
     system: System
     ops: OpModel
     kv_dtype: str
+    stage_tensors: int  # activations a pipeline stage sends per token (the engine's fact)
     draft_tokens: int = 0  # k speculative tokens verified per step (0: none)
     acceptance: float = 1.0  # tokens emitted per step per request
     die_local: bool = True  # expert weights and LM head split by columns over memory domains
@@ -674,7 +674,7 @@ def stage_transfer_us(ctx: PerfContext, shape: Shape, tokens: int, stage: int) -
     rank sending 1/tp over its own link (NVLink inside a node or NVLink domain, its NIC
     between HGX nodes), then an all-gather over the receiving stage's TP group."""
     m, system = ctx.model, ctx.system
-    tensors = engines().vllm.pipeline.stage_tensors.value
+    tensors = ctx.stage_tensors
     nbytes = tokens * m.hidden_size * (m.mhc_routes or 1) * 2 * tensors
     first_rank = stage * shape.stage_gpus
     per = system.gpus_per_tray

@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler import api, catalog, deploy, site
+from compiler import api, catalog, deploy, preflight, site
 from compiler.memory import GpuBudget
 from compiler.plan import (
     DomainMemory,
@@ -39,7 +39,6 @@ from compiler.plan import (
     Speculative,
     Tray,
 )
-from compiler.preflight import with_notices
 from compiler.resolve import HostReserve
 from schemas.site import Site
 
@@ -189,7 +188,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
               for s in engram_shards(model, i, per_gpu)]
     used_trays = sorted({t for i in instances for t in i.trays})
     pool = kv_pool(used_trays, dram_gib)
-    return with_notices(Plan(
+    return preflight.with_notices(Plan(
         inputs_digest="sha256:fixture-" + serving.name,
         hardware=Fleet(groups=[FleetGroup(name="fixture", hardware=hardware)]), model=model,
         serving=serving, instances=instances,
@@ -208,7 +207,7 @@ def plan(hardware: Hardware, model: ModelInfo, serving: Serving,
                              host_reserve(tray_dram_gib), serving.vllm_version, None,
                              catalog.engines(),
                              expert_format=model.expert_format if model.moe else None),
-        parsers=site.parsers(model.name)))
+        parsers=site.parsers(model.name)), catalog.engines())
 
 
 # --- Vera Rubin NVL72 + DeepSeek-V4.1-Flash ----------------------------------------------------
@@ -361,10 +360,11 @@ def vr_nvl72_site_plan() -> Plan:
                                        {"key": "dedicated", "operator": "Equal",
                                         "value": "llm", "effect": "NoExecute"}]},
     })
-    return with_notices(plan.model_copy(update={"site": site.lower_site(
+    return preflight.with_notices(plan.model_copy(update={"site": site.lower_site(
         cfg, catalog.model(plan.model.name).spec, plan.fleet[0], plan.instances, plan.kv_pool,
         host_reserve(VR_TRAY_DRAM_GIB), plan.serving.vllm_version, None, catalog.engines(),
-        expert_format=plan.model.expert_format if plan.model.moe else None)}))
+        expert_format=plan.model.expert_format if plan.model.moe else None)}),
+        catalog.engines())
 
 
 ALL_CASES = {**GOLDEN_CASES, "fixture-vr-nvl72-tp8": vr_nvl72_tp8_plan,

@@ -62,3 +62,43 @@ def test_the_validator_does_not_run_the_compiler(path: Path):
     assert not {m for m in modules if m == "compiler.api" or m.startswith("compiler.api.")}
     if path.name in ("pods.py", "placement.py"):  # the node model: the plan's capacities
         assert not {m for m in modules if m.split(".")[:2] == ["compiler", "catalog"]}
+
+
+# where the deployment file and the engine catalog are read: everything later reaches them
+# through compiler.resolve.Resolved (the CLI's `args.deployment` is its argument, a path)
+READS_DEPLOYMENT = ("compiler/load.py", "compiler/resolve.py")
+READS_ENGINES = ("compiler/resolve.py", "compiler/catalog/__init__.py")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for d in ("compiler", "targets") for p in (ROOT / d).rglob("*.py"))
+
+
+def _reads(path: Path, attribute: str) -> list[int]:
+    """Lines that read `attribute` of anything but the CLI's parsed arguments."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and n.attr == attribute
+            and not (isinstance(n.value, ast.Name) and n.value.id == "args")]
+
+
+def test_only_load_and_resolve_read_the_deployment():
+    found = {str(p.relative_to(ROOT)): lines for p in _sources()
+             if str(p.relative_to(ROOT)) not in READS_DEPLOYMENT
+             and (lines := _reads(p, "deployment"))}
+    assert not found, f"read the deployment past compiler.resolve: {found}"
+
+
+def test_only_resolve_reads_the_engine_catalog():
+    found = {}
+    for p in _sources():
+        name = str(p.relative_to(ROOT))
+        imported = "compiler.catalog.engines" in _imports(p)
+        calls = [n.lineno for n in ast.walk(ast.parse(p.read_text(), name))
+                 if isinstance(n, ast.Call) and (
+                     isinstance(n.func, ast.Attribute) and n.func.attr == "engines"
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "catalog"
+                     or imported and isinstance(n.func, ast.Name) and n.func.id == "engines")]
+        if calls and name not in READS_ENGINES:
+            found[name] = calls
+    assert not found, f"read the engine catalog past compiler.resolve: {found}"

@@ -48,19 +48,23 @@ def test_dense_layers_sit_on_the_first_stage():
     assert mix == [(31, 3, 0), (30, 0, 0)]
 
 
+PIPE = catalog.engines().vllm.pipeline
+
+
 def test_pp_shape_rules():
     dsv3, hgx = catalog.model("deepseek-v3").spec, catalog.system("hgx-h200")
-    assert shape_problem(parse_shape("TP8PP2"), dsv3, hgx, 32) is None
-    assert shape_problem(parse_shape("TP8EP8PP2"), dsv3, hgx, 32) is None
-    assert "data-parallel" in shape_problem(parse_shape("DEP8PP2"), dsv3, hgx, 32)
-    assert "61 layers" in shape_problem(parse_shape("TP1PP64"), dsv3, hgx, 64)
-    assert "NVLink domain" in shape_problem(parse_shape("TP16PP2"), dsv3, hgx, 32)
+    assert shape_problem(parse_shape("TP8PP2"), dsv3, hgx, 32, PIPE) is None
+    assert shape_problem(parse_shape("TP8EP8PP2"), dsv3, hgx, 32, PIPE) is None
+    assert "data-parallel" in shape_problem(parse_shape("DEP8PP2"), dsv3, hgx, 32, PIPE)
+    assert "61 layers" in shape_problem(parse_shape("TP1PP64"), dsv3, hgx, 64, PIPE)
+    assert "NVLink domain" in shape_problem(parse_shape("TP16PP2"), dsv3, hgx, 32, PIPE)
     gpt_oss = catalog.model("gpt-oss-120b").spec  # sliding-window layers: hybrid KV
-    assert "hybrid" in shape_problem(parse_shape("TP4PP2"), gpt_oss, hgx, 32)
+    assert "hybrid" in shape_problem(parse_shape("TP4PP2"), gpt_oss, hgx, 32, PIPE)
     v41 = catalog.model("deepseek-v4.1-flash").spec  # compressed caches: hybrid KV as well
-    assert "hybrid" in shape_problem(parse_shape("TP4PP2"), v41, hgx, 32)
+    assert "hybrid" in shape_problem(parse_shape("TP4PP2"), v41, hgx, 32, PIPE)
     nvl = catalog.system("gb200-nvl72")
-    assert shape_problem(parse_shape("TP8PP2"), dsv3, nvl, 72) is None  # 16 GPUs in one domain
+    # 16 GPUs in one domain
+    assert shape_problem(parse_shape("TP8PP2"), dsv3, nvl, 72, PIPE) is None
 
 
 @pytest.fixture(scope="module")

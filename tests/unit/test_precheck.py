@@ -33,7 +33,8 @@ def test_dep_weights_split_experts_and_replicate_the_rest():
 
 
 def test_dense_model_gets_tensor_parallel_shapes_only():
-    shapes = candidate_shapes(catalog.model("llama-3.1-70b").spec, catalog.system("hgx-h200"), 8)
+    shapes = candidate_shapes(catalog.model("llama-3.1-70b").spec, catalog.system("hgx-h200"), 8,
+                              catalog.engines().vllm.pipeline)
     assert [s.name for s in shapes] == ["TP1", "TP2", "TP4", "TP8"]
 
 

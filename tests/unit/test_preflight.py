@@ -7,11 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api
-from compiler.preflight import notices
+from compiler import api, catalog, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 VR = ROOT / "examples" / "vr-nvl72-deepseek-v4.1-flash"
+
+
+def notices(plan):
+    return preflight.notices(plan, catalog.engines())
 
 
 def _plan(tmp_path: Path, images: dict | None = None, serving: dict | None = None):
