@@ -21,10 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import anchors
 
 from compiler import catalog, graph
-from compiler.api import build_graph, precheck, predicted
+from compiler.api import build_graph, precheck
 from compiler.load import load_inputs
 from compiler.lower import lower
 from compiler.perf.predict import workload
+from compiler.predicted_plan import predicted
 from compiler.simulate import report
 from compiler.simulate.cluster import build_cluster
 from compiler.simulate.engine import Simulation

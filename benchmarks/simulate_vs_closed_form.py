@@ -20,7 +20,7 @@ from pathlib import Path
 
 from compiler import api
 from compiler.load import load_inputs
-from compiler.perf.predict import predict_layout, workload
+from compiler.perf.predict import instance_layouts, predict_layout, workload
 from compiler.simulate import report
 from compiler.simulate.cluster import build_cluster
 from compiler.simulate.engine import Simulation
@@ -58,7 +58,7 @@ def main() -> None:
         bound = len({i.shape for i in plan.instances if i.role == "decode"}) > 1
         for clients in CASES[case]:
             wc = replace(w, concurrency=clients)
-            closed = predict_layout(inputs, api.layouts(plan.instances), wc, pool_gib=pool)
+            closed = predict_layout(inputs, instance_layouts(plan.instances), wc, pool_gib=pool)
             reqs = generate("closed", wc, args.requests, 0)
             out = Simulation(cluster, reqs, plan.routing.policy, 0).run()
             m = report.summarise(out, reqs, {}, gpus)

@@ -12,9 +12,7 @@ from compiler.graph import build_graph
 from compiler.ids import next_numbers
 from compiler.load import Inputs, display_name, invented_node_names, load_fleet
 from compiler.plan import (
-    Instance,
     Plan,
-    Predicted,
     dump_plan,
 )
 from compiler.plan_file import read_plan
@@ -23,7 +21,6 @@ from schemas.diagnostics import CompileError, Diagnostic, did_you_mean
 
 if TYPE_CHECKING:
     from compiler.emit_worker import EmitWorker
-    from compiler.perf.predict import Layout
     from compiler.simulate.runner import Options
 
 # The solver (OR-Tools), the perf model, the emitters and the bundle rules are imported by the
@@ -138,33 +135,14 @@ class CompileResult:
     warnings: tuple[Diagnostic, ...] = ()  # W510: SLOs the prediction misses
 
 
-def layouts(instances: list[Instance]) -> "list[Layout]":
-    """Instances grouped by (role, shape, batch limits) for the perf model."""
-    from compiler.perf.predict import grouped_layouts
-
-    return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
-                           for i in instances)
-
-
-def predicted(inputs: Inputs, plan: Plan, available_gpus: int) -> Predicted:
-    """The layout's one prediction (compiler.prediction); the prefix cache is the plan's pool
-    (its DRAM segments after the host budget)."""
-    from compiler import prediction
-
-    pool = plan.kv_pool.total_gib if plan.kv_pool.enabled else None
-    return prediction.predict(inputs, layouts(plan.instances), available_gpus, pool)
-
-
 def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
           clock: dict[str, float], restore: str | None = None,
           next_id: dict[str, int] | None = None) -> tuple[Plan, float | None]:
     """One system's plan (a mixed fleet: one group's, its instances numbered from `next_id`
     on), and with `base` the goodput a fresh compile would reach."""
     from compiler import incremental
-    from compiler.balance import balance
-    from compiler.layout_table import layout_table
     from compiler.lower import lower
-    from compiler.simulate.runner import compile_run
+    from compiler.predicted_plan import with_prediction
     from compiler.solve import solve, solve_problem
     from compiler.solve.build import build_problem, with_kept
     from compiler.solve.counts import best_goodput
@@ -190,22 +168,7 @@ def _plan(inputs: Inputs, base: Plan | None, unavailable: str | None,
     else:
         sol = solve(inputs, g, pre, (), next_id)
     clock.setdefault("solved", time.perf_counter())
-    draft = lower(inputs, g, sol)
-    available = len(graph.available_gpus(g))
-    metrics = predicted(inputs, draft, available)
-    if sol.problem.mode != "pinned":
-        goodput = sol.counts.objective
-        supply = {f"{c.role}:{c.shape.name}": c.requests_per_s for c in sol.problem.candidates}
-        pool = draft.kv_pool.total_gib if draft.kv_pool.enabled else None
-        why = balance(inputs, draft.instances, supply, goodput, available,
-                      layouts(draft.instances), pool)
-        if why:
-            metrics = metrics.model_copy(update={"balance": why})
-    table = layout_table(inputs, sol, layouts(draft.instances), metrics, available)
-    plan = draft.model_copy(update={"predicted": metrics, "solver": draft.solver.model_copy(
-        update={"layouts": table})})
-    return plan.model_copy(update={"predicted": metrics.model_copy(
-        update={"simulated": compile_run(inputs, plan)})}), fresh
+    return with_prediction(inputs, sol, lower(inputs, g, sol), g), fresh
 
 
 def compile(deployment: Path, only: tuple[str, ...] | None = None,
@@ -221,6 +184,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     Raises CompileError (exit 2 or 3)."""
     from compiler import prediction
     from compiler.fleet import merge
+    from compiler.perf.predict import instance_layouts
     from compiler.preflight import with_notices
     from compiler.targets_registry import targets
     from compiler.validate import rules
@@ -234,14 +198,16 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
     if len(fleet) == 1:
         plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
-        warnings = prediction.warnings(fleet[0], layouts(plan.instances), plan.predicted)
+        warnings = prediction.warnings(fleet[0], instance_layouts(plan.instances),
+                                      plan.predicted)
     else:
         plans: list[Plan] = []
         for group in fleet:  # each numbers its instances on from the groups before it
             numbers = next_numbers(i.id for p in plans for i in p.instances)
             plans.append(_plan(group, None, None, clock, next_id=numbers)[0])
         warnings = [d for inputs, p in zip(fleet, plans, strict=True)
-                    for d in prediction.warnings(inputs, layouts(p.instances), p.predicted)]
+                    for d in prediction.warnings(inputs, instance_layouts(p.instances),
+                                           p.predicted)]
         plan, fresh = merge(fleet, plans), None
     warnings += [d for group in fleet for d in invented_node_names(group)]
     inputs = fleet[0]

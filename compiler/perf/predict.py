@@ -24,7 +24,7 @@ from compiler.perf.step import PerfContext
 from compiler.shapes import Shape, parse_shape
 
 if TYPE_CHECKING:
-    from compiler.plan import Predicted
+    from compiler.plan import Instance, Predicted
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
@@ -208,6 +208,12 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
         batch *= 2
     return points
 
+
+
+def instance_layouts(instances: "Iterable[Instance]") -> list[Layout]:
+    """A plan's instances grouped by (role, shape, batch limits) for the perf model."""
+    return grouped_layouts((i.role, i.shape, i.max_batch, i.max_batched_tokens)
+                           for i in instances)
 
 
 def grouped_layouts(instances: Iterable[tuple[str, str, int, int]]) -> list[Layout]:

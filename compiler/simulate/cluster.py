@@ -13,6 +13,7 @@ from compiler.load import Inputs
 from compiler.memory import gpu_budget
 from compiler.perf import comm
 from compiler.perf.predict import groups as perf_groups
+from compiler.perf.predict import instance_layouts
 from compiler.perf.serving import Workload
 from compiler.plan import Plan
 from compiler.shapes import parse_shape
@@ -88,15 +89,13 @@ def build_cluster(inputs: Inputs, plan: Plan, w: Workload,
     plan takes `fleet`, each group's inputs: an instance is matched to the inputs of its
     system (the system of its first GPU's tray), and its group's perf contexts and KV budget
     are that system's."""
-    from compiler.api import layouts
-
     by_name = {i.system.name: i for i in fleet} or {inputs.system.name: inputs}
     system_of = {inst.id: plan.hardware_of(plan.tray_of_gpu(inst.gpus[0]).id).system
                  for inst in plan.instances} if fleet else {}
     perf = {}
     for name, group in by_name.items():
         mine = [i for i in plan.instances if system_of.get(i.id, name) == name]
-        for g in perf_groups(group, layouts(mine), w):
+        for g in perf_groups(group, instance_layouts(mine), w):
             perf[(name, g.role, g.shape.name)] = g
     instances = []
     steps: dict[tuple[str, str, str], StepTimes] = {}  # instances of one group share a memo

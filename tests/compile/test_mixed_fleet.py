@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api, cli, fleet
+from compiler import api, catalog, cli, fleet
 from compiler.ids import natural
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
@@ -340,11 +340,11 @@ def test_a_reserve_the_user_sets_settles_the_nccl_notice_of_every_group(mixed):
     plan = mixed.plan
     named = [d.path for d in plan.decisions if d.path.endswith(".memory.reserved_gib")]
     assert named == ["groups.gb300-a.memory.reserved_gib", "groups.vr-a.memory.reserved_gib"]
-    assert [n for n in notices(plan) if n.path == "serving.gpu_reserve_gib"]
+    assert [n for n in notices(plan, catalog.engines()) if n.path == "serving.gpu_reserve_gib"]
     user = plan.model_copy(update={"decisions": [
         d.model_copy(update={"source": "user"}) if d.path in named else d
         for d in plan.decisions]})
-    assert not [n for n in notices(user) if n.path == "serving.gpu_reserve_gib"]
+    assert not [n for n in notices(user, catalog.engines()) if n.path == "serving.gpu_reserve_gib"]
 
 
 def test_rackc_check_of_a_mixed_fleet_reports_every_group(capsys):

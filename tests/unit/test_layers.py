@@ -96,9 +96,9 @@ def test_only_resolve_reads_the_engine_catalog():
         imported = "compiler.catalog.engines" in _imports(p)
         calls = [n.lineno for n in ast.walk(ast.parse(p.read_text(), name))
                  if isinstance(n, ast.Call) and (
-                     isinstance(n.func, ast.Attribute) and n.func.attr == "engines"
-                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "catalog"
-                     or imported and isinstance(n.func, ast.Name) and n.func.id == "engines")]
+                     (isinstance(n.func, ast.Attribute) and n.func.attr == "engines"
+                     and isinstance(n.func.value, ast.Name) and n.func.value.id == "catalog")
+                     or (imported and isinstance(n.func, ast.Name) and n.func.id == "engines"))]
         if calls and name not in READS_ENGINES:
             found[name] = calls
     assert not found, f"read the engine catalog past compiler.resolve: {found}"
