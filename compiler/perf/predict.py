@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 from compiler import arch, catalog, engine_policy
 from compiler.load import Inputs, layout
 from compiler.memory import gpu_budget, offload_gib
+from compiler.perf.aggregated import predict_aggregated
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
     UNBOUNDED_CONCURRENCY,
     Group,
     Prediction,
     Workload,
-    predict_aggregated,
     predict_disaggregated,
     prefix_hit_rate,
 )

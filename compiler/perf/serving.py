@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from compiler import arch
-from compiler.perf import comm, routing
+from compiler.perf import comm
 from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
 from compiler.shapes import Shape
 
@@ -97,11 +97,11 @@ def prefix_hit_rate(w: Workload, pool_tokens: float) -> float:
     return w.prefix_reuse * min(1.0, pool_tokens / working_set)
 
 
-def _decode_time(g: Group, batch: float, kv_len: float) -> StepTime:
+def decode_time(g: Group, batch: float, kv_len: float) -> StepTime:
     return decode_step(g.ctx, g.shape, max(batch, 1e-3), kv_len)
 
 
-def _prefill_time(g: Group, tokens: int, new: float, cached: float) -> StepTime:
+def prefill_time(g: Group, tokens: int, new: float, cached: float) -> StepTime:
     return prefill_step(g.ctx, g.shape, tokens, max(1.0, new), cached)
 
 
@@ -185,7 +185,7 @@ def queue_wait(rho: float, service_us: float, q: float) -> float:
     return service_us * math.log(rho / (1 - q)) / (1 - rho)
 
 
-class _PrefillAt:
+class PrefillAt:
     """Prefill steps of one group at the token count they really hold (memoised to three
     significant digits, so a fixed point does not recompute them; a full chunk exactly, as
     the solver's candidates cost it)."""
@@ -200,7 +200,7 @@ class _PrefillAt:
             return self.chunk_us
         key = max(1, int(float(f"{max(1.0, tokens):.3g}")))
         if key not in self.seen:
-            self.seen[key] = _prefill_time(self.g, key, self.new, self.cached).us
+            self.seen[key] = prefill_time(self.g, key, self.new, self.cached).us
         return self.seen[key]
 
     def per_token_us(self, tokens: float) -> float:
@@ -227,7 +227,7 @@ def closed_loop_wait(own_us: float, cycle_floor_us: float, sync: float,
 
 
 @dataclass(frozen=True)
-class _State:
+class State:
     rate: float  # requests per microsecond, whole deployment
     batch: float  # decode requests per DP rank
 
@@ -242,7 +242,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     cached, new = w.isl * hit, w.isl * (1 - hit)
     p_tokens = {id(g): prefill_step_tokens(g.max_batched_tokens, g.max_batch, new)
                 for g in prefill}
-    p_steps = {id(g): _prefill_time(g, p_tokens[id(g)], new, cached) for g in prefill}
+    p_steps = {id(g): prefill_time(g, p_tokens[id(g)], new, cached) for g in prefill}
     p_cap = sum(g.ranks * p_tokens[id(g)] / p_steps[id(g)].us for g in prefill)  # tok/us
     d_ranks = sum(g.ranks for g in decode)
     max_slots = sum(g.ranks * g.max_batch for g in decode)
@@ -251,7 +251,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
 
     def decode_at(batch: float) -> tuple[float, dict[int, StepTime]]:
         if batch not in seen:
-            steps = {id(g): _decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
+            steps = {id(g): decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
             seen[batch] = max(s.us for s in steps.values()), steps
         return seen[batch]
 
@@ -261,7 +261,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     # the clients that cycle through a prefill rank: at most what decode holds at once
     clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
     full = p_tokens[id(prefill[0])]
-    at_size = _PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us, full)
+    at_size = PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us, full)
 
     def ttft(rate: float, q: float, decode_us: float) -> float:
         rho = rate * new / p_cap if p_cap else 1.0
@@ -281,7 +281,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         return ttft_us(step.us, full, new, w.isl_cv, transfer, rho, q,
                        step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
 
-    state = _State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
+    state = State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
     for _ in range(60):
         step_us, _steps = decode_at(state.batch)
         decode_us = decode_steps(w, ctx) * step_us
@@ -291,7 +291,7 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
         top = max(g.max_batch for g in decode)
         batch = min(rate * decode_us / max(d_ranks, 1), top)
         # a batch held at its limit is taken as is (no damping): its step is then reused
-        nxt = _State(0.5 * state.rate + 0.5 * rate,
+        nxt = State(0.5 * state.rate + 0.5 * rate,
                      batch if batch == top else 0.5 * state.batch + 0.5 * batch)
         settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12)
         if settled and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0):
@@ -302,111 +302,15 @@ def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload
     decode_us = decode_steps(w, ctx) * slowest.us
     ttft50 = ttft(state.rate, 0.5, decode_us)
     held = held_back_us(w, state.rate, decode_us, ttft50, rate_cap)
-    return _finish(w, state, slowest, ttft50 + held,
+    return finish(w, state, slowest, ttft50 + held,
                    ttft(state.rate, 0.9, decode_us) + held, hit,
                    power_w, total_gpus, ctx,
-                   [_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
+                   [group_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
                    + [_prefill_row(g, p_steps[id(g)], p_tokens[id(g)], new)
                       for g in prefill],
                    {"decode": steps[id(decode[0])].rounded(),
                     "prefill": p_steps[id(prefill[0])].rounded()},
                    state.rate * new / p_cap if p_cap else 0.0)
-
-
-def predict_aggregated(groups: list[Group], w: Workload, hit: float, power_w: float,
-                       total_gpus: int, rate_cap: float = float("inf")) -> Prediction:
-    """Aggregated ranks interleave chunked prefill with decode (vLLM's token budget): each
-    step decodes the running batch and fills the rest of `max_batched_tokens` with prompt
-    chunks. A request's first token comes after ceil(new / free budget) such mixed steps of
-    its own prompt, plus its wait behind earlier prompts; then it decodes `osl - 1` tokens.
-    Rate per rank, decode batch and the rank's share of time spent prefilling are solved as
-    one fixed point of the closed loop (`concurrency` requests in flight)."""
-    g = groups[0]
-    ctx = g.ctx
-    cached, new = w.isl * hit, w.isl * (1 - hit)
-    ranks = sum(x.ranks for x in groups)
-    kv_len = w.isl + w.osl / 2
-    chunk = _prefill_time(g, g.max_batched_tokens, new, cached)
-    per_token = chunk.us / g.max_batched_tokens  # us of a rank per prompt token in a chunk
-    # with data-parallel attention the ranks meet at every MoE layer, so a step lasts as long
-    # as its busiest rank's prompt chunks; only the expert GEMMs are shared out evenly
-    spread = chunk.breakdown.get("moe_experts", 0.0) / g.max_batched_tokens \
-        if g.shape.dp > 1 else per_token
-    steps = decode_steps(w, ctx)
-    clients = min(w.concurrency / ranks, g.max_batch)  # at most what a rank decodes at once
-    at_size = _PrefillAt(g, new, cached, chunk.us, g.max_batched_tokens)
-
-    def at(s: _State) -> tuple[StepTime, float, float, float, float, float]:
-        """(mixed step as a decoding user sees it, decode us per request, TTFT P50, TTFT P90,
-        prefill utilisation, rate limit per rank) at `s.rate` per rank, `s.batch` decoding."""
-        shared = _decode_share(g, s.batch, kv_len)
-        budget = max(1.0, g.max_batched_tokens - s.batch * (1 + ctx.draft_tokens))
-        mean_busy = min(s.rate * new * per_token, MAX_UTILISATION)
-        # prompt pieces (a prompt, or a budget's share of a longer one) per rank per step:
-        # those that arrive during a step (a step that carries a chunk lasts at least that
-        # chunk) and the backlog a busy rank builds (M/D/1's mean queue, rho^2 / 2(1 - rho)),
-        # at most `per_step` within the budget: ranks that all fill their budget wait for
-        # nobody, a light load waits for its busiest rank
-        step_us = max(shared.us / (1 - mean_busy), min(new, budget) * per_token)
-        backlog = mean_busy ** 2 / (2 * (1 - mean_busy))
-        pieces = s.rate * step_us * math.ceil(max(new, 1.0) / budget) + backlog
-        per_step = int(budget // max(1.0, min(new, budget)))
-        busiest = routing.busiest_of_capped(pieces, per_step, g.shape.dp)
-        cost = spread + (per_token - spread) * busiest  # us of a step per prompt token
-        busy = min(s.rate * new * cost, MAX_UTILISATION)  # share of time prefilling
-        step = _decode_time(g, max(s.batch, 1.0), kv_len)
-        step.add("prefill_chunks", step.us * busy / (1 - busy))
-        # the prefill server: up to `budget` prompt tokens per mixed step
-        capacity = budget / (shared.us + budget * cost)  # prompt tokens per us
-        rho = s.rate * new / capacity
-        limit = MAX_UTILISATION * capacity / max(new, 1.0)
-        decode_us = steps * step.us
-
-        def service(tokens: float, step_tokens: float) -> float:
-            """Mixed steps of a prompt of `tokens` whose steps each hold `step_tokens` prompt
-            tokens, costed at that count (a lone short prompt is not a full chunk)."""
-            size = min(step_tokens, budget)
-            return math.ceil(max(tokens, 1.0) / budget) * shared.us \
-                + max(tokens, size) * at_size.per_token_us(size)
-
-        alone = service(new, new)
-        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
-                            w.closed_loop)
-        size = co_batched_tokens(clients, new, budget, sync)
-        hold = service(new, budget)
-        ahead = max(0.0, w.concurrency - 1) / ranks * hold  # a closed loop queues no more
-        extra = request_overhead_us(w.isl)
-
-        def ttft(q: float) -> float:
-            mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))  # quantile q's prompt
-            own = service(mine, max(size, mine))
-            wait = closed_loop_wait(service(new, size), service(new * clients, size)
-                                    - decode_us, sync, min(queue_wait(rho, hold, q), ahead))
-            return own + wait + extra
-
-        ttft50, ttft90 = ttft(0.5), ttft(0.9)
-        return step, decode_us, ttft50, ttft90, rho, limit
-
-    state = _State(rate=0.0, batch=min(w.concurrency / ranks, g.max_batch))
-    for _ in range(80):
-        step, decode_us, ttft50, _, _, limit = at(state)
-        slots = g.max_batch / decode_us if decode_us > 0 else float("inf")
-        rate = min(w.concurrency / ranks / (ttft50 + decode_us), slots, limit,
-                   rate_cap / ranks)
-        batch = min(rate * decode_us, g.max_batch)
-        nxt = _State(0.5 * state.rate + 0.5 * rate, 0.5 * state.batch + 0.5 * batch)
-        settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12) \
-            and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0)
-        state = nxt
-        if settled:
-            break
-    step, decode_us, ttft50, ttft90, rho, _ = at(state)
-    held = held_back_us(w, state.rate, decode_us, ttft50, rate_cap / ranks, ranks)
-    ttft50, ttft90 = ttft50 + held, ttft90 + held
-    total = _State(state.rate * ranks, state.batch)
-    return _finish(w, total, step, ttft50, ttft90, hit, power_w, total_gpus, ctx,
-                   [_row(x, state.batch, step, "decode_step_us") for x in groups],
-                   {"decode": step.rounded(), "prefill": chunk.rounded()}, rho)
 
 
 def held_back_us(w: Workload, rate: float, decode_us: float, ttft_us: float,
@@ -432,12 +336,12 @@ def decode_steps(w: Workload, ctx: PerfContext) -> float:
     return max(0.0, w.osl - 1) / ctx.acceptance
 
 
-def _decode_share(g: Group, batch: float, kv_len: float) -> StepTime:
+def decode_share(g: Group, batch: float, kv_len: float) -> StepTime:
     """The decode part of a step with `batch` requests decoding on average: below one, only
     that share of steps has a decode batch at all (OSL 1 has none)."""
     if batch >= 1:
-        return _decode_time(g, batch, kv_len)
-    return _decode_time(g, 1, kv_len).scaled(max(batch, 0.0))
+        return decode_time(g, batch, kv_len)
+    return decode_time(g, 1, kv_len).scaled(max(batch, 0.0))
 
 
 def _one_domain(groups: list[Group]) -> bool:
@@ -445,7 +349,7 @@ def _one_domain(groups: list[Group]) -> bool:
     return sum(g.gpus for g in groups) <= ctx.system.rack.nvlink_domain_gpus.value
 
 
-def _row(g: Group, batch: float, st: StepTime, key: str) -> dict:
+def group_row(g: Group, batch: float, st: StepTime, key: str) -> dict:
     return {"role": g.role, "shape": g.shape.name, "count": g.count, "gpus": g.gpus,
             "batch": round(batch, 2), key: round(st.us, 1)}
 
@@ -499,7 +403,7 @@ def _prefill_row(g: Group, st: StepTime, tokens: int, new: float) -> dict:
     return row
 
 
-def _finish(w: Workload, s: _State, step: StepTime, ttft50: float, ttft90: float, hit: float,
+def finish(w: Workload, s: State, step: StepTime, ttft50: float, ttft90: float, hit: float,
             power_w: float, gpus: int, ctx: PerfContext, rows: list[dict],
             breakdown: dict, utilisation: float) -> Prediction:
     tpot = step.us / ctx.acceptance
