@@ -232,85 +232,100 @@ class State:
     batch: float  # decode requests per DP rank
 
 
+class _Disaggregated:
+    """The prefill and decode groups of a P/D layout under workload `w`: their steps (decode
+    memoised by batch) and a request's TTFT at a rate."""
+
+    def __init__(self, prefill: list[Group], decode: list[Group], w: Workload, hit: float):
+        self.prefill, self.decode, self.w = prefill, decode, w
+        self.ctx = decode[0].ctx
+        self.kv_len = w.isl + w.osl / 2
+        self.cached, self.new = w.isl * hit, w.isl * (1 - hit)
+        new = self.new
+        self.p_tokens = {id(g): prefill_step_tokens(g.max_batched_tokens, g.max_batch, new)
+                         for g in prefill}
+        self.p_steps = {id(g): prefill_time(g, self.p_tokens[id(g)], new, self.cached)
+                        for g in prefill}
+        self.p_cap = sum(g.ranks * self.p_tokens[id(g)] / self.p_steps[id(g)].us
+                         for g in prefill)  # prompt tokens per us
+        self.d_ranks = sum(g.ranks for g in decode)
+        self.max_slots = sum(g.ranks * g.max_batch for g in decode)
+        self.seen: dict[float, tuple[float, dict[int, StepTime]]] = {}
+        self.transfer = kv_transfer_us(self.ctx, w.isl, _one_domain(prefill + decode))
+        self.p_ranks = sum(g.ranks for g in prefill)
+        # the clients that cycle through a prefill rank: at most what decode holds at once
+        self.clients = min(w.concurrency, self.max_slots) / max(self.p_ranks, 1)
+        self.full = self.p_tokens[id(prefill[0])]
+        self.at_size = PrefillAt(prefill[0], new, self.cached, self.p_steps[id(prefill[0])].us,
+                                 self.full)
+
+    def decode_at(self, batch: float) -> tuple[float, dict[int, StepTime]]:
+        """The slowest decode group's step at `batch` per rank, and every group's."""
+        if batch not in self.seen:
+            steps = {id(g): decode_time(g, min(batch, g.max_batch), self.kv_len)
+                     for g in self.decode}
+            self.seen[batch] = max(s.us for s in steps.values()), steps
+        return self.seen[batch]
+
+    def utilisation(self, rate: float) -> float:
+        return rate * self.new / self.p_cap if self.p_cap else 0.0
+
+    def ttft(self, rate: float, q: float, decode_us: float) -> float:
+        w, new, full, at_size = self.w, self.new, self.full, self.at_size
+        rho = rate * new / self.p_cap if self.p_cap else 1.0
+        step = self.p_steps[id(self.prefill[0])]
+        hold = request_hold_us(step.us, full, new)
+        # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
+        ahead = max(0.0, w.concurrency - 1) / max(self.p_ranks, 1) * hold
+        alone = at_size.own_us(min(new, full))
+        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
+                            w.closed_loop)
+        tokens = co_batched_tokens(self.clients, new, full, sync)
+        floor = at_size.per_token_us(tokens) * new * self.clients - decode_us
+        # a prompt at quantile q's length, in a step with the others that arrive with it
+        mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
+        size = min(full, max(tokens, mine))
+        return ttft_us(step.us, full, new, w.isl_cv, self.transfer, rho, q,
+                       step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
+
+    def rows(self, batch: float, steps: dict[int, StepTime]) -> list[dict]:
+        return [group_row(g, batch, steps[id(g)], "decode_step_us") for g in self.decode] \
+            + [_prefill_row(g, self.p_steps[id(g)], self.p_tokens[id(g)], self.new)
+               for g in self.prefill]
+
+
 def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload,
                           hit: float, power_w: float, total_gpus: int,
                           rate_cap: float = float("inf")) -> Prediction:
     """`rate_cap` (requests/us): the admission limit that keeps the SLO (the solver's goodput);
     requests beyond it wait outside the deployment."""
-    ctx = decode[0].ctx
-    kv_len = w.isl + w.osl / 2
-    cached, new = w.isl * hit, w.isl * (1 - hit)
-    p_tokens = {id(g): prefill_step_tokens(g.max_batched_tokens, g.max_batch, new)
-                for g in prefill}
-    p_steps = {id(g): prefill_time(g, p_tokens[id(g)], new, cached) for g in prefill}
-    p_cap = sum(g.ranks * p_tokens[id(g)] / p_steps[id(g)].us for g in prefill)  # tok/us
-    d_ranks = sum(g.ranks for g in decode)
-    max_slots = sum(g.ranks * g.max_batch for g in decode)
-
-    seen: dict[float, tuple[float, dict[int, StepTime]]] = {}
-
-    def decode_at(batch: float) -> tuple[float, dict[int, StepTime]]:
-        if batch not in seen:
-            steps = {id(g): decode_time(g, min(batch, g.max_batch), kv_len) for g in decode}
-            seen[batch] = max(s.us for s in steps.values()), steps
-        return seen[batch]
-
-    transfer = kv_transfer_us(ctx, w.isl, _one_domain(prefill + decode))
-
-    p_ranks = sum(g.ranks for g in prefill)
-    # the clients that cycle through a prefill rank: at most what decode holds at once
-    clients = min(w.concurrency, max_slots) / max(p_ranks, 1)
-    full = p_tokens[id(prefill[0])]
-    at_size = PrefillAt(prefill[0], new, cached, p_steps[id(prefill[0])].us, full)
-
-    def ttft(rate: float, q: float, decode_us: float) -> float:
-        rho = rate * new / p_cap if p_cap else 1.0
-        g = prefill[0]
-        step = p_steps[id(g)]
-        hold = request_hold_us(step.us, full, new)
-        # a closed loop: at most the other clients' prompts queue ahead, spread over the ranks
-        ahead = max(0.0, w.concurrency - 1) / max(p_ranks, 1) * hold
-        alone = at_size.own_us(min(new, full))
-        sync = arrival_sync(alone, math.hypot(w.osl_cv * decode_us, w.isl_cv * alone),
-                            w.closed_loop)
-        tokens = co_batched_tokens(clients, new, full, sync)
-        floor = at_size.per_token_us(tokens) * new * clients - decode_us
-        # a prompt at quantile q's length, in a step with the others that arrive with it
-        mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
-        size = min(full, max(tokens, mine))
-        return ttft_us(step.us, full, new, w.isl_cv, transfer, rho, q,
-                       step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
-
-    state = State(rate=0.0, batch=min(w.concurrency / max(d_ranks, 1), decode[0].max_batch))
+    pd = _Disaggregated(prefill, decode, w, hit)
+    ctx, new, d_ranks = pd.ctx, pd.new, max(pd.d_ranks, 1)
+    top = max(g.max_batch for g in decode)
+    state = State(rate=0.0, batch=min(w.concurrency / d_ranks, decode[0].max_batch))
     for _ in range(60):
-        step_us, _steps = decode_at(state.batch)
-        decode_us = decode_steps(w, ctx) * step_us
-        slots = max_slots / decode_us if decode_us > 0 else float("inf")
-        cap = min(p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
-        rate = min(w.concurrency / (ttft(state.rate, 0.5, decode_us) + decode_us), cap)
-        top = max(g.max_batch for g in decode)
-        batch = min(rate * decode_us / max(d_ranks, 1), top)
+        decode_us = decode_steps(w, ctx) * pd.decode_at(state.batch)[0]
+        slots = pd.max_slots / decode_us if decode_us > 0 else float("inf")
+        cap = min(pd.p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
+        rate = min(w.concurrency / (pd.ttft(state.rate, 0.5, decode_us) + decode_us), cap)
+        batch = min(rate * decode_us / d_ranks, top)
         # a batch held at its limit is taken as is (no damping): its step is then reused
         nxt = State(0.5 * state.rate + 0.5 * rate,
-                     batch if batch == top else 0.5 * state.batch + 0.5 * batch)
+                    batch if batch == top else 0.5 * state.batch + 0.5 * batch)
         settled = abs(nxt.rate - state.rate) <= SETTLED * max(rate, 1e-12)
         if settled and abs(nxt.batch - state.batch) <= SETTLED * max(batch, 1.0):
             break
         state = nxt
-    _, steps = decode_at(state.batch)
+    _, steps = pd.decode_at(state.batch)
     slowest = max(steps.values(), key=lambda st: st.us)
     decode_us = decode_steps(w, ctx) * slowest.us
-    ttft50 = ttft(state.rate, 0.5, decode_us)
+    ttft50 = pd.ttft(state.rate, 0.5, decode_us)
     held = held_back_us(w, state.rate, decode_us, ttft50, rate_cap)
-    return finish(w, state, slowest, ttft50 + held,
-                   ttft(state.rate, 0.9, decode_us) + held, hit,
-                   power_w, total_gpus, ctx,
-                   [group_row(g, state.batch, steps[id(g)], "decode_step_us") for g in decode]
-                   + [_prefill_row(g, p_steps[id(g)], p_tokens[id(g)], new)
-                      for g in prefill],
-                   {"decode": steps[id(decode[0])].rounded(),
-                    "prefill": p_steps[id(prefill[0])].rounded()},
-                   state.rate * new / p_cap if p_cap else 0.0)
+    return finish(w, state, slowest, ttft50 + held, pd.ttft(state.rate, 0.9, decode_us) + held,
+                  hit, power_w, total_gpus, ctx, pd.rows(state.batch, steps),
+                  {"decode": steps[id(decode[0])].rounded(),
+                   "prefill": pd.p_steps[id(prefill[0])].rounded()},
+                  pd.utilisation(state.rate))
 
 
 def held_back_us(w: Workload, rate: float, decode_us: float, ttft_us: float,
