@@ -231,19 +231,12 @@ class Instance:
     def plan(self) -> float:
         """Schedule the next step on every rank; its duration (us), 0 when there is nothing
         to do. Preempts where the KV cache would overflow."""
-        info, step = self.info, self.step
-        cap = info.kv_tokens
-        hb = self.half_block
+        step = self.step
         if self.dirty:
             self.safe_until = min(k.safe_until for k in self.ranks)
             self.dirty = False
         if step + 1 > self.safe_until:
-            for rank in self.ranks:
-                while rank.running and step + 1 > rank.safe_until:
-                    self._preempt(rank, next(reversed(rank.running)))
-                    rank.preempted_at = step
-            self.safe_until = min(k.safe_until for k in self.ranks)
-            self.dirty = False
+            self._preempt_overflowing()
         if self.changed:  # ranks whose batch changed: their KV use once scheduled
             for rank in self.changed:
                 rank.note_peak()
@@ -251,40 +244,12 @@ class Instance:
         chunks: list[tuple[Req, int]] = []
         admitted: list[Req] = []
         chunk_max = 0
-        new_sum = cached_sum = 0.0
         for rank in list(self.attention):
             seqs = len(rank.running)
             if rank.waiting and rank.preempted_at != step:
-                while rank.waiting and seqs < info.max_seqs:
-                    r = rank.waiting[0]
-                    if rank.kv_a + rank.kv_r * (step + 1) + r.base \
-                            + hb * (len(rank.running) + 1) > cap:
-                        break  # its blocks, and the others' next tokens, do not fit
-                    rank.waiting.popleft()
-                    rank.waiting_tokens -= r.base
-                    rank.join_running(r, step)
-                    admitted.append(r)
-                    seqs += 1
+                seqs = self._admit(rank, seqs, admitted)
             if rank.queue:
-                budget = info.max_tokens - len(rank.running) * self.decode_tokens
-                taken = 0
-                fresh_ok = rank.preempted_at != step  # no new prompts in a preempting step
-                for r in rank.queue:
-                    if budget <= 0 or seqs >= info.max_seqs:
-                        break
-                    if r.todo == r.new and not fresh_ok:
-                        break
-                    if r.todo == r.new and info.role != "prefill" \
-                            and rank.kv_a + rank.kv_r * (step + 1) + r.base \
-                            + hb * (len(rank.running) + 1) > cap:
-                        break  # its prompt's blocks do not fit
-                    take = min(r.todo, budget)
-                    chunks.append((r, take))
-                    budget -= take
-                    taken += take
-                    seqs += 1
-                    new_sum += r.new
-                    cached_sum += r.cached
+                taken = self._take_chunks(rank, seqs, chunks)
                 if taken > chunk_max:
                     chunk_max = taken
             if admitted:
@@ -292,12 +257,67 @@ class Instance:
             if not rank.queue and not rank.waiting:
                 del self.attention[rank]
         self.chunks, self.admitted = chunks, admitted
-        us = 0.0
-        n = self.n_running
+        return self._step_us(chunks, chunk_max)
+
+    def _fits(self, rank: Rank, r: Req) -> bool:
+        """Whether `r`'s blocks, and the running requests' next tokens, fit the rank's cache."""
+        return rank.kv_a + rank.kv_r * (self.step + 1) + r.base \
+            + self.half_block * (len(rank.running) + 1) <= self.info.kv_tokens
+
+    def _preempt_overflowing(self) -> None:
+        """Preempt the newest running requests of each rank whose cache would overflow."""
+        step = self.step
+        for rank in self.ranks:
+            while rank.running and step + 1 > rank.safe_until:
+                self._preempt(rank, next(reversed(rank.running)))
+                rank.preempted_at = step
+        self.safe_until = min(k.safe_until for k in self.ranks)
+        self.dirty = False
+
+    def _admit(self, rank: Rank, seqs: int, admitted: list[Req]) -> int:
+        """Move waiting requests (their prompts done) into the running batch while they fit;
+        the rank's sequences after."""
+        while rank.waiting and seqs < self.info.max_seqs:
+            r = rank.waiting[0]
+            if not self._fits(rank, r):
+                break
+            rank.waiting.popleft()
+            rank.waiting_tokens -= r.base
+            rank.join_running(r, self.step)
+            admitted.append(r)
+            seqs += 1
+        return seqs
+
+    def _take_chunks(self, rank: Rank, seqs: int, chunks: list[tuple[Req, int]]) -> int:
+        """Fill the rank's token budget with prompt chunks from its queue; the tokens taken."""
+        info = self.info
+        budget = info.max_tokens - len(rank.running) * self.decode_tokens
+        taken = 0
+        fresh_ok = rank.preempted_at != self.step  # no new prompts in a preempting step
+        for r in rank.queue:
+            if budget <= 0 or seqs >= info.max_seqs:
+                break
+            if r.todo == r.new and not fresh_ok:
+                break
+            if r.todo == r.new and info.role != "prefill" and not self._fits(rank, r):
+                break  # its prompt's blocks do not fit
+            take = min(r.todo, budget)
+            chunks.append((r, take))
+            budget -= take
+            taken += take
+            seqs += 1
+        return taken
+
+    def _step_us(self, chunks: list[tuple[Req, int]], chunk_max: int) -> float:
+        """The planned step's time: the decode of the running batch and the largest rank's
+        prompt chunks (the ranks meet every layer)."""
+        info, us, n = self.info, 0.0, self.n_running
         if n:
             us += info.steps.decode_us(n / len(self.ranks), max(map(len, self.runnings)),
-                                       (self.kv_a + self.kv_r * step) / n)
+                                       (self.kv_a + self.kv_r * self.step) / n)
         if chunk_max:
+            new_sum = sum(r.new for r, _ in chunks)
+            cached_sum = sum(r.cached for r, _ in chunks)
             pre, _fill = info.steps.prefill_us(chunk_max, new_sum / len(chunks),
                                                cached_sum / len(chunks))
             us += pre
