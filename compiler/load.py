@@ -109,22 +109,11 @@ def load_fleet(deployment_path: Path,
     errors: list[Diagnostic] = []
     texts = [raw]
 
-    hardware = hw_doc = rack_path = None
-    rack = _read_ref(base, dsrc, "rack", dep.spec.rack)
-    if isinstance(rack, Diagnostic):
-        errors.append(rack)
-    else:
-        try:
-            hardware, hw_doc = _load(rack[1], rack[0], ("Rack", "Cluster"))
-            texts.append(rack[1])
-            rack_path = Path(os.path.realpath(rack[0]))
-        except CompileError as exc:
-            errors.extend(exc.diagnostics)
-
+    hardware, rack_path = _read_rack(dep, base, dsrc, errors, texts)
     model, model_src = _resolve_model(dep, base, dsrc, errors, texts)
     units: list[tuple[RackV1 | ClusterV1, SourceMap, System]] = []
     if hardware is not None:
-        units = fleet_units(hardware, hw_doc.source, errors)
+        units = fleet_units(hardware[0], hardware[1].source, errors)
     if model is not None:
         model_errors = check_model(model, model_src)
         errors.extend(model_errors)
@@ -141,6 +130,33 @@ def load_fleet(deployment_path: Path,
         not model_src.file.startswith("catalog:") else None
     files = tuple(p for p in (deployment_path.resolve(), rack_path, model_path) if p)
     _check_kernels(kernels, [system for _, _, system in units])
+    return _group_inputs(dep, units, model, dsrc, model_src, digest, files, kernels)
+
+
+def _read_rack(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[Diagnostic],
+               texts: list[bytes]) -> tuple[tuple[RackV1 | ClusterV1, Document] | None,
+                                            Path | None]:
+    """The Rack or Cluster the deployment names, with its document, and its real path (None
+    where it could not be read: the problem is in `errors`)."""
+    rack = _read_ref(base, dsrc, "rack", dep.spec.rack)
+    if isinstance(rack, Diagnostic):
+        errors.append(rack)
+        return None, None
+    try:
+        hardware, doc = _load(rack[1], rack[0], ("Rack", "Cluster"))
+    except CompileError as exc:
+        errors.extend(exc.diagnostics)
+        return None, None
+    texts.append(rack[1])
+    assert isinstance(hardware, (RackV1, ClusterV1))
+    return (hardware, doc), Path(os.path.realpath(rack[0]))
+
+
+def _group_inputs(dep: DeploymentV1, units: list[tuple[RackV1 | ClusterV1, SourceMap, System]],
+                  model: ModelV1, dsrc: SourceMap, model_src: SourceMap, digest: str,
+                  files: tuple[Path, ...], kernels: str) -> tuple[Inputs, ...]:
+    """One Inputs per group, its workload scaled by its share of the fleet's GPUs and its ids
+    numbered on from the groups before it."""
     gpus = [_gpus(hw, system) for hw, _, system in units]
     out, at = [], Offsets()
     for (hw, hsrc, system), share in zip(units, gpus, strict=True):
@@ -524,6 +540,14 @@ def _check_images(w, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
 
 
 def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    """The deployment's cross-field rules against the model: lengths, images, speculative
+    decoding, the pool, expert options and pinned batch limits."""
+    return [*_check_lengths(dep, model, src), *_check_images(dep.spec.workload, model, src),
+            *_check_speculative(dep, model, src), *_check_pool(dep, src),
+            *_check_experts(dep, model, src), *_check_pin_limits(dep, src)]
+
+
+def _check_lengths(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
     out = []
     serving, mspec = dep.spec.serving, model.spec
     if serving.max_model_len and serving.max_model_len > mspec.max_context_tokens:
@@ -532,9 +556,8 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                          str(serving.max_model_len), "lower max_model_len"))
     length = serving.max_model_len or mspec.max_context_tokens
     w = dep.spec.workload
-    out += _check_images(w, model, src)
+    profile = catalog.workload(w.profile)
     if w.isl is not None or w.osl is not None:
-        profile = catalog.workload(w.profile)
         isl = w.isl if w.isl is not None else profile.isl.value
         osl = w.osl if w.osl is not None else profile.osl.value
         if isl + osl > length:
@@ -543,11 +566,16 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
                              f"isl + osl within the context ({length} tokens)",
                              f"{isl:g} + {osl:g}", "raise serving.max_model_len (up to the "
                              f"model's {mspec.max_context_tokens}) or shorten the requests"))
-    elif catalog.workload(w.profile).isl.value + catalog.workload(w.profile).osl.value > length:
+    elif profile.isl.value + profile.osl.value > length:
         out.append(_diag(src, ("spec", "serving", "max_model_len"), "E104",
                          f"room for the {w.profile} profile's requests", f"{length} tokens",
                          "raise serving.max_model_len or set workload.isl/osl"))
-    spec_cfg = serving.speculative
+    return out
+
+
+def _check_speculative(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    out = []
+    spec_cfg, mspec = dep.spec.serving.speculative, model.spec
     if spec_cfg and spec_cfg.acceptance > spec_cfg.draft_tokens + 1:
         out.append(_diag(src, ("spec", "serving", "speculative", "acceptance"), "E104",
                          f"at most draft_tokens + 1 = {spec_cfg.draft_tokens + 1}",
@@ -558,6 +586,11 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "speculative", "method"), "E105",
                          f"the model's built-in draft ({have})", repr(spec_cfg.method),
                          f"{model.metadata.name} has no {spec_cfg.method} layers"))
+    return out
+
+
+def _check_pool(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
+    out = []
     pool = dep.spec.serving.kv_pool
     if pool and pool.dram and pool.dram_fraction == 0:
         out.append(_diag(src, ("spec", "serving", "kv_pool", "dram_fraction"), "E104",
@@ -567,17 +600,29 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
         out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
                          "the HBM pool on top of the DRAM pool", "hbm without dram",
                          "set `dram: true`: the HBM segments join the DRAM store"))
-    if dep.spec.serving.redundant_experts and mspec.moe is None:
+    return out
+
+
+def _check_experts(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    out = []
+    serving, mspec = dep.spec.serving, model.spec
+    if serving.redundant_experts and mspec.moe is None:
         out.append(_diag(src, ("spec", "serving", "redundant_experts"), "E105",
                          "redundant experts for a mixture-of-experts model",
-                         str(dep.spec.serving.redundant_experts),
+                         str(serving.redundant_experts),
                          f"{mspec.architecture} has no routed experts: remove the field"))
-    offload = dep.spec.serving.weight_offload
+    offload = serving.weight_offload
     if offload and offload.experts_only and mspec.moe is None:
         out.append(_diag(src, ("spec", "serving", "weight_offload", "experts_only"), "E105",
                          "expert offload for a mixture-of-experts model", "true",
                          f"{mspec.architecture} has no routed experts: set `experts_only: "
                          "false`"))
+    return out
+
+
+def _check_pin_limits(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
+    """Instances of one role and shape share one engine configuration."""
+    out = []
     limits: dict[tuple[str, str], tuple] = {}
     for j, pin in enumerate(dep.spec.objective.instances):
         mine = (pin.max_batch, pin.max_batched_tokens)
