@@ -180,11 +180,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return exc.exit_code
     finally:
         emitter.close()
-    plan = result.plan
     _report(result.warnings)
-    if base is not None:
-        from compiler import incremental
+    _print_compiled(args, result, base, only)
+    return 0
 
+
+def _print_compiled(args: argparse.Namespace, result, base, only: tuple[str, ...] | None
+                    ) -> None:
+    """What a compile says once OUT is written: the survivors' cost (`--from`), the site
+    notices of the targets written, then the layout and its prediction (or JSON)."""
+    from compiler import incremental
+
+    plan = result.plan
+    if base is not None:
         for line in incremental.survivor_cost(plan, result.fresh_goodput):
             sys.stderr.write(line + "\n")
     for notice in plan.notices:
@@ -194,13 +202,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _print_json({"out": args.output, "files": sorted(result.artifacts),
                      "solver": plan.solver.model_dump(),
                      "predicted": plan.predicted.model_dump(mode="json", exclude={"curve"})})
-        return 0
+        return
     print(f"compiled {plan.serving.name}: {len(plan.instances)} instances on "
           f"{sum(len(i.gpus) for i in plan.instances)} GPUs, solver {plan.solver.status}, "
           f"goodput {plan.predicted.requests_per_s:g} requests/s")
     if base is not None:
-        from compiler import incremental
-
         print("\n".join(incremental.changes(base, plan)
                         + incremental.metrics(base, plan, result.fresh_goodput)))
     else:
@@ -210,7 +216,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"predicted: {p.tokens_per_s_per_user_p90:g} tokens/s per user (P90), "
           f"TTFT P90 {p.ttft_ms_p90:g} ms, {p.total_tokens_per_s_per_gpu:g} tokens/s per "
           f"GPU; wrote {len(result.artifacts)} files to {args.output}")
-    return 0
 
 
 def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) -> int:
@@ -410,7 +415,16 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rackc", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_input_commands(sub)
+    _add_compile_command(sub)
+    _add_plan_commands(sub)
+    _add_simulate_command(sub)
+    add_perf_commands(sub)
+    add_validate_command(sub)
+    return parser
 
+
+def _add_input_commands(sub) -> None:
     check = sub.add_parser("check", help="validate inputs and show which engine shapes fit")
     check.add_argument("deployment")
     check.add_argument("--format", choices=("text", "json"), default="text")
@@ -429,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "required when that is absent or a local folder)")
     imp.set_defaults(run=cmd_import_hf)
 
+
+def _add_compile_command(sub) -> None:
     comp = sub.add_parser("compile", help="solve, place, predict and emit every target")
     comp.add_argument("deployment")
     comp.add_argument("-o", "--output", required=True,
@@ -449,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "repaired (running instances stay where they are)")
     comp.set_defaults(run=cmd_compile)
 
+
+def _add_plan_commands(sub) -> None:
+    """Commands that read a deployment's prediction or a written plan."""
     pred = sub.add_parser("predict", help="predicted serving metrics of the deployment")
     pred.add_argument("deployment")
     pred.add_argument("--format", choices=("text", "json"), default="text")
@@ -463,6 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("path", nargs="?")
     exp.set_defaults(run=cmd_explain)
 
+    diff = sub.add_parser("diff", help="what moved between two plans (exit 1 when they differ)")
+    diff.add_argument("a")
+    diff.add_argument("b")
+    diff.set_defaults(run=cmd_diff)
+
+
+def _add_simulate_command(sub) -> None:
     sim = sub.add_parser("simulate", help="replay a workload request by request against a "
                                           "compiled plan")
     sim.add_argument("plan", help="OUT/plan.yaml")
@@ -488,14 +514,6 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", metavar="DIR", help="write latency CDFs, hit rate over time "
                                                    "and per-rank load (PNG) into DIR")
     sim.set_defaults(run=cmd_simulate)
-
-    diff = sub.add_parser("diff", help="what moved between two plans (exit 1 when they differ)")
-    diff.add_argument("a")
-    diff.add_argument("b")
-    diff.set_defaults(run=cmd_diff)
-    add_perf_commands(sub)
-    add_validate_command(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
