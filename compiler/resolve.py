@@ -168,9 +168,17 @@ def _pool_field(src: SourceMap, pool, name: str, value, why_absent: str) -> Choi
 
 def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
             sources: dict[str, SourceMap], digest: str) -> Resolved:
-    s, m, hw = dep.spec.serving, model.spec, hardware.spec
-    src, engines = sources["deployment"], catalog.engines()
-    family = system.gpu.family
+    engines = catalog.engines()
+    src = sources["deployment"]
+    return Resolved(**_kernels(dep, model, system, engines),
+                    **_memory(dep, hardware, model, system, engines, src),
+                    **_deployment(dep, src),
+                    engines=engines, digest=_digest(digest, dep, hardware, model))
+
+
+def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines) -> dict:
+    """The KV cache, the attention, linear and expert kernels the engine runs the model on."""
+    s, m, family = dep.spec.serving, model.spec, system.gpu.family
     kv = Choice("serving.kv_cache_dtype", s.kv_cache_dtype or m.dtypes.kv_cache,
                 "user" if s.kv_cache_dtype else "default",
                 "written in the deployment" if s.kv_cache_dtype else "the model's KV dtype")
@@ -180,10 +188,7 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
                     else "the model's context length")
     backend = _attention(engines, m.architecture, m.attention.kind,
                          m.attention.indexer is not None, family)
-    pool = s.kv_pool
-    reserved = _node_reserve(dep.spec.site.host.reserved_gib_per_tray,
-                             hw.dram_gib_per_tray or system.tray.dram_gib.value)
-    return Resolved(
+    return dict(
         kv_cache_dtype=kv, max_model_len=length,
         block_size=_block_size(engines, backend.value, s.block_size),
         attention_backend=backend,
@@ -192,6 +197,17 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
         expert_format=_expert_format(engines, model),
         linear_backend=_linear(engines, _linear_format(m), family),
         draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
+        uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
+        language_model_only=_language_model_only(dep, model))
+
+
+def _memory(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
+            engines: Engines, src: SourceMap) -> dict:
+    """Where Engram and the pool live, the trays' DRAM, NICs and reserves."""
+    s, hw, pool = dep.spec.serving, hardware.spec, dep.spec.serving.kv_pool
+    reserved = _node_reserve(dep.spec.site.host.reserved_gib_per_tray,
+                             hw.dram_gib_per_tray or system.tray.dram_gib.value)
+    return dict(
         engram_placement=_user(src, "serving.engram_placement", s.engram_placement,
                                "Engram tables live in HBM (SYSTEM.md)"),
         engram_prefill=_engram_prefill(engines, model, s.engram_placement),
@@ -213,27 +229,28 @@ def resolve(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
             "user" if hw.rdma_devices_per_tray else "default",
             "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
         gpu_reserve_gib=_gpu_reserve(engines, system, s.gpu_reserve_gib),
+        host_reserved_gib=reserved,
+        host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
+                         engines.mooncake.store.local_buffer_gib.value))
+
+
+def _deployment(dep: DeploymentV1, src: SourceMap) -> dict:
+    """The workload, the objective, the SLO, routing and the deployment's own settings."""
+    s, w, objective = dep.spec.serving, dep.spec.workload, dep.spec.objective
+    return dict(
         workload=_workload(dep),
-        image_tokens=float(dep.spec.workload.images_per_request
-                           * (dep.spec.workload.tokens_per_image or 0)),
-        tokens_per_image=dep.spec.workload.tokens_per_image or 0,
-        objective_mode=_user(src, "objective.mode", dep.spec.objective.mode,
+        image_tokens=float(w.images_per_request * (w.tokens_per_image or 0)),
+        tokens_per_image=w.tokens_per_image or 0,
+        objective_mode=_user(src, "objective.mode", objective.mode,
                              "throughput under the SLO is the default objective"),
-        layout=dep.spec.objective.layout, shape_search=dep.spec.objective.shapes,
-        pins=tuple(dep.spec.objective.instances), slo=dep.spec.slo,
+        layout=objective.layout, shape_search=objective.shapes,
+        pins=tuple(objective.instances), slo=dep.spec.slo,
         routing_policy=_user(src, "serving.routing", s.routing.policy,
                              "KV-aware routing: least uncached work (SYSTEM.md)"),
         overlap_score_credit=s.routing.overlap_score_credit,
         speculative=s.speculative, weight_offload=s.weight_offload,
-        host_reserved_gib=reserved,
-        host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
-                         engines.mooncake.store.local_buffer_gib.value),
-        uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
-        language_model_only=_language_model_only(dep, model),
-        engines=engines, site=dep.spec.site, name=dep.metadata.name, namespace=s.namespace,
-        vllm_version=s.vllm_version,
-        digest=_digest(digest, dep, hardware, model),
-    )
+        site=dep.spec.site, name=dep.metadata.name, namespace=s.namespace,
+        vllm_version=s.vllm_version)
 
 
 WORKLOAD_FIELDS = ("isl", "osl", "isl_cv", "osl_cv", "concurrency", "prefix_reuse",
