@@ -176,6 +176,33 @@ def _cpu_pod_notices(plan: Plan) -> list[Notice]:
     return out
 
 
+def _mooncake_notices(plan: Plan) -> list[Notice]:
+    """What the Mooncake pool leaves to the site: its one master, its HCAs, its clients'
+    names outside Kubernetes."""
+    site, out = plan.site, []
+    out.append(_notice(
+        "site", "k8s",
+        "one Mooncake master (Recreate) holds the metadata of the whole pool "
+        f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
+        "until the clients remount, and the frontend runs one replica",
+        "keep both off nodes that are drained while serving; the pool refills from "
+        "prefill"))
+    if site.rdma.transport == "rdma" and not site.rdma.hca_names:
+        out.append(_notice(
+            "site.rdma.hca_names", "k8s",
+            "Mooncake clients discover their HCAs (device_name \"\"): on multi-rail trays "
+            "they may pick ones without a route to the peers",
+            "list the HCAs every engine pod sees in site.rdma.hca_names"))
+    out.append(_notice(
+        "site.images.vllm", "vllm",
+        "the launch scripts' Mooncake client files name the master by its Kubernetes "
+        "Service, and read /etc/mooncake/<node>.json and the model cache at "
+        f"{site.model_cache.mount_path}",
+        "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
+        "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
+    return out
+
+
 def _cluster_notices(plan: Plan) -> list[Notice]:
     """What the cluster must give the pods, and the risks the bundle leaves to the site."""
     site, out = plan.site, []
@@ -198,26 +225,7 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "make it ReadWriteMany and writable by UID 1000 GID 0 (Dynamo's runtime user) "
             "and by root (the vLLM image)"))
     if plan.kv_pool.enabled:
-        out.append(_notice(
-            "site", "k8s",
-            "one Mooncake master (Recreate) holds the metadata of the whole pool "
-            f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
-            "until the clients remount, and the frontend runs one replica",
-            "keep both off nodes that are drained while serving; the pool refills from "
-            "prefill"))
-        if site.rdma.transport == "rdma" and not site.rdma.hca_names:
-            out.append(_notice(
-                "site.rdma.hca_names", "k8s",
-                "Mooncake clients discover their HCAs (device_name \"\"): on multi-rail trays "
-                "they may pick ones without a route to the peers",
-                "list the HCAs every engine pod sees in site.rdma.hca_names"))
-        out.append(_notice(
-            "site.images.vllm", "vllm",
-            "the launch scripts' Mooncake client files name the master by its Kubernetes "
-            "Service, and read /etc/mooncake/<node>.json and the model cache at "
-            f"{site.model_cache.mount_path}",
-            "run vllm/ on nodes with cluster DNS and the k8s/ master applied, with "
-            "mooncake/clients/ copied to /etc/mooncake and the cache mounted there"))
+        out += _mooncake_notices(plan)
     if len({t for i in plan.instances for t in i.trays}) > 1:
         out.append(_notice(
             "rack.node_names", "vllm",
