@@ -400,7 +400,20 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
         return
     if layers is not None:
         n, dense, sliding = len(layers), sum(1 for i in layers if i < m.dense_layers), 0
-    moe_n = n - dense if m.moe else 0
+    _attention_layers(ctx, st, shape, (seqs, q_len, kv_len), prefill, (n, sliding),
+                      count, layers, mix)
+    _ffn_layers(ctx, st, shape, tokens, n, dense, prefill)
+
+
+def _attention_layers(ctx: PerfContext, st: StepTime, shape: Shape,
+                      batch: tuple[float, float, float], prefill: bool,
+                      n_sliding: tuple[int, int], count: int | None, layers: range | None,
+                      mix: tuple[int, int, int] | None) -> None:
+    """The attention of `n` layers, `sliding` of them sliding-window (a compressed-attention
+    model: each layer by its kind); `batch`: (sequences, query length, KV length)."""
+    m = ctx.model
+    seqs, q_len, kv_len = batch
+    n, sliding = n_sliding
     if m.attention.kind == "csa":  # per layer: ratios, KV and index sources differ
         ids = layers if layers is not None else range(m.layers, m.layers + n) \
             if count is not None else range(n)
@@ -408,16 +421,24 @@ def _layers(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: fl
             one = StepTime()
             _csa(ctx, one, shape, seqs, q_len, kv_len, prefill, layer)
             st.merge(one.scaled(times))
-    else:
-        one_full, one_sliding = StepTime(), StepTime()
-        attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
-        index_us = one_full.breakdown.pop("indexer", 0.0)
-        st.merge(one_full.scaled(n - sliding))
-        if index_us:
-            st.add("indexer", index_us * _indexer_layers(m, n - sliding, count, layers, mix))
-        if sliding:
-            attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
-            st.merge(one_sliding.scaled(sliding))
+        return
+    one_full, one_sliding = StepTime(), StepTime()
+    attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
+    index_us = one_full.breakdown.pop("indexer", 0.0)
+    st.merge(one_full.scaled(n - sliding))
+    if index_us:
+        st.add("indexer", index_us * _indexer_layers(m, n - sliding, count, layers, mix))
+    if sliding:
+        attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
+        st.merge(one_sliding.scaled(sliding))
+
+
+def _ffn_layers(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int, n: int, dense: int,
+                prefill: bool) -> None:
+    """The FFNs of `n` layers (`dense` of them dense in a MoE model), their glue kernels and
+    the hyper-connections' residual stream."""
+    m = ctx.model
+    moe_n = n - dense if m.moe else 0
     if dense or not m.moe:
         one = StepTime()
         dense_ffn(ctx, one, shape, tokens)
