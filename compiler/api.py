@@ -182,12 +182,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     the old plan had down that are repaired; `kernels`: whose measured kernels the perf
     model uses (`predict --kernels`; the targets run vLLM).
     Raises CompileError (exit 2 or 3)."""
-    from compiler import prediction
-    from compiler.fleet import merge
-    from compiler.perf.predict import instance_layouts
     from compiler.preflight import with_notices
-    from compiler.targets_registry import targets
-    from compiler.validate import rules
 
     clock = {"start": time.perf_counter()}
     fleet = load_fleet(deployment, kernels)
@@ -196,23 +191,50 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
             "error", "E703", "<argument>", 0, 0, "--from" if base is not None else "--unavailable",
             "a recompile of a one-system plan", "a mixed fleet",
             "compile the fleet afresh with the failed hardware under its group's `unavailable:`")])
-    if len(fleet) == 1:
-        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
-        warnings = prediction.warnings(fleet[0], instance_layouts(plan.instances),
-                                      plan.predicted)
-    else:
-        plans: list[Plan] = []
-        for group in fleet:  # each numbers its instances on from the groups before it
-            numbers = next_numbers(i.id for p in plans for i in p.instances)
-            plans.append(_plan(group, None, None, clock, next_id=numbers)[0])
-        warnings = [d for inputs, p in zip(fleet, plans, strict=True)
-                    for d in prediction.warnings(inputs, instance_layouts(p.instances),
-                                           p.predicted)]
-        plan, fresh = merge(fleet, plans), None
-    warnings += [d for group in fleet for d in invented_node_names(group)]
+    plan, fresh, warnings = _fleet_plan(fleet, base, unavailable, restore, clock)
     inputs = fleet[0]
     plan = with_notices(plan, inputs.resolved.engines)
     clock["planned"] = time.perf_counter()
+    artifacts = _emitted(plan, only, emitter)
+    clock["emitted"] = time.perf_counter()
+    names = list(clock)
+    seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
+    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
+                         tuple(warnings))
+
+
+def _fleet_plan(fleet: tuple[Inputs, ...], base: Plan | None, unavailable: str | None,
+                restore: str | None, clock: dict[str, float]
+                ) -> tuple[Plan, float | None, list[Diagnostic]]:
+    """The plan of one system or of a mixed fleet (each group numbering its instances on
+    from the groups before it), the goodput a fresh compile reaches (`--from`), and the
+    warnings about the layouts and the node names."""
+    from compiler import prediction
+    from compiler.fleet import merge
+    from compiler.perf.predict import instance_layouts
+
+    if len(fleet) == 1:
+        plan, fresh = _plan(fleet[0], base, unavailable, clock, restore)
+        plans = [plan]
+    else:
+        plans = []
+        for group in fleet:
+            numbers = next_numbers(i.id for p in plans for i in p.instances)
+            plans.append(_plan(group, None, None, clock, next_id=numbers)[0])
+        plan, fresh = merge(fleet, plans), None
+    warnings = [d for inputs, p in zip(fleet, plans, strict=True)
+                for d in prediction.warnings(inputs, instance_layouts(p.instances), p.predicted)]
+    warnings += [d for group in fleet for d in invented_node_names(group)]
+    return plan, fresh, warnings
+
+
+def _emitted(plan: Plan, only: tuple[str, ...] | None, emitter: "EmitWorker | None"
+             ) -> dict[str, str | bytes]:
+    """plan.yaml and the targets' files (in `emitter`'s process when given), held to the
+    enforced controller-level rules: exit 3 where the bundle would not start."""
+    from compiler.targets_registry import targets
+    from compiler.validate import rules
+
     if emitter is not None:
         emitter.start(plan, only)  # the child emits the targets while plan.yaml is written
         artifacts: dict[str, str | bytes] = {"plan.yaml": dump_plan(plan)}
@@ -224,11 +246,7 @@ def compile(deployment: Path, only: tuple[str, ...] | None = None,
     broken = rules.check(plan, artifacts, rules.ENFORCED)
     if broken:  # the bundle would not start: a rackc defect or inputs the targets cannot serve
         raise CompileError(broken, exit_code=3)
-    clock["emitted"] = time.perf_counter()
-    names = list(clock)
-    seconds = {b: round(clock[b] - clock[a], 4) for a, b in itertools.pairwise(names)}
-    return CompileResult(plan, dict(sorted(artifacts.items())), seconds, inputs.files, fresh,
-                         tuple(warnings))
+    return artifacts
 
 
 def simulate(plan_path: Path, deployment: Path, opts: "Options") -> dict:
