@@ -787,45 +787,61 @@ def consistency(plan: Plan) -> list[tuple[tuple, str, str, str]]:
     owner: dict[str, str] = {}
     for n, i in enumerate(plan.instances):
         at = ("instances", n)
-        iid = parse_instance(i.id)
-        if iid is None or iid.role != i.role:
-            problems.append(((*at, "id"), f"`{i.role}-NN` (its role, a number)", repr(i.id),
-                             EDITED))
-        if i.id in ids:
-            problems.append(((*at, "id"), "each instance id once",
-                             f"{i.id} again (instances[{ids[i.id]}] has it)",
-                             "two instances would share one launch folder; give one a new id"))
-        ids.setdefault(i.id, n)
-        shape = parse_shape(i.shape)
-        if shape is None:
-            problems.append(((*at, "shape"), "an engine shape (DEP8, TP8, TP8EP8, TP4PP2)",
-                             repr(i.shape), EDITED))
-        elif (shape.gpus, shape.dp, shape.tp, shape.ep, shape.pp) != (
-                len(i.gpus), i.dp, i.tp, i.ep, i.pp):
-            problems.append(((*at, "shape"), f"{shape.gpus} GPUs, dp {shape.dp}, tp {shape.tp}, "
-                             f"ep {shape.ep}, pp {shape.pp} (its shape {i.shape})",
-                             f"{len(i.gpus)} GPUs, dp {i.dp}, tp {i.tp}, ep {i.ep}, pp {i.pp}",
-                             EDITED))
-        if i.group is not None and i.group not in groups:
-            problems.append(((*at, "group"), "a group of the plan's fleet" if groups
-                             else "no group (a one-system plan)", repr(i.group), EDITED))
-        for k, gpu in enumerate(i.gpus):
-            if gpu not in tray_of:
-                problems.append(((*at, "gpus", k), "a GPU of hardware.trays", repr(gpu),
-                                 "the plan's hardware has no such GPU"))
-            elif gpu in owner:
-                problems.append(((*at, "gpus", k), "a GPU of one instance",
-                                 f"{gpu}, also {owner[gpu]}'s", EDITED))
-            owner.setdefault(gpu, i.id)
-        trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=natural)
-        if sorted(i.trays, key=natural) != trays:
-            problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
-                             ", ".join(i.trays) or "none", EDITED))
+        problems += _identity_problems(at, i, ids, groups)
+        problems += _gpu_problems(at, i, tray_of, owner)
         problems += _rank_group_problems(plan, at, i, tray_of)
-        expected = workload_name(i.id, i.shape)
-        if i.workload != expected:
-            problems.append(((*at, "workload"), f"{expected} (its id and shape)",
-                             repr(i.workload), EDITED))
+    return problems
+
+
+def _identity_problems(at: tuple, i: Instance, ids: dict[str, int], groups: set[str]
+                       ) -> list[tuple[tuple, str, str, str]]:
+    """The instance's id (of its role, once), shape, group and workload name."""
+    problems: list[tuple[tuple, str, str, str]] = []
+    iid = parse_instance(i.id)
+    if iid is None or iid.role != i.role:
+        problems.append(((*at, "id"), f"`{i.role}-NN` (its role, a number)", repr(i.id),
+                         EDITED))
+    if i.id in ids:
+        problems.append(((*at, "id"), "each instance id once",
+                         f"{i.id} again (instances[{ids[i.id]}] has it)",
+                         "two instances would share one launch folder; give one a new id"))
+    ids.setdefault(i.id, at[1])
+    shape = parse_shape(i.shape)
+    if shape is None:
+        problems.append(((*at, "shape"), "an engine shape (DEP8, TP8, TP8EP8, TP4PP2)",
+                         repr(i.shape), EDITED))
+    elif (shape.gpus, shape.dp, shape.tp, shape.ep, shape.pp) != (
+            len(i.gpus), i.dp, i.tp, i.ep, i.pp):
+        problems.append(((*at, "shape"), f"{shape.gpus} GPUs, dp {shape.dp}, tp {shape.tp}, "
+                         f"ep {shape.ep}, pp {shape.pp} (its shape {i.shape})",
+                         f"{len(i.gpus)} GPUs, dp {i.dp}, tp {i.tp}, ep {i.ep}, pp {i.pp}",
+                         EDITED))
+    if i.group is not None and i.group not in groups:
+        problems.append(((*at, "group"), "a group of the plan's fleet" if groups
+                         else "no group (a one-system plan)", repr(i.group), EDITED))
+    expected = workload_name(i.id, i.shape)
+    if i.workload != expected:
+        problems.append(((*at, "workload"), f"{expected} (its id and shape)",
+                         repr(i.workload), EDITED))
+    return problems
+
+
+def _gpu_problems(at: tuple, i: Instance, tray_of: dict[str, str], owner: dict[str, str]
+                  ) -> list[tuple[tuple, str, str, str]]:
+    """The instance's GPUs: of the hardware, of no other instance, in its trays."""
+    problems: list[tuple[tuple, str, str, str]] = []
+    for k, gpu in enumerate(i.gpus):
+        if gpu not in tray_of:
+            problems.append(((*at, "gpus", k), "a GPU of hardware.trays", repr(gpu),
+                             "the plan's hardware has no such GPU"))
+        elif gpu in owner:
+            problems.append(((*at, "gpus", k), "a GPU of one instance",
+                             f"{gpu}, also {owner[gpu]}'s", EDITED))
+        owner.setdefault(gpu, i.id)
+    trays = sorted({tray_of[g] for g in i.gpus if g in tray_of}, key=natural)
+    if sorted(i.trays, key=natural) != trays:
+        problems.append(((*at, "trays"), f"the trays of its GPUs ({', '.join(trays)})",
+                         ", ".join(i.trays) or "none", EDITED))
     return problems
 
 
