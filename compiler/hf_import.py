@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from compiler.load import check_model
+from compiler.input_checks import check_model
 from schemas import ModelV1
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.reading import FileProblem, read_regular

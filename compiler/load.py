@@ -14,13 +14,20 @@ from compiler import catalog
 from compiler.catalog.system import System
 from compiler.catalog.workload import Profile
 from compiler.ids import Offsets, parse_gpu
+from compiler.input_checks import (
+    check_fleet_objective,
+    check_model,
+    check_objective,
+    check_serving,
+    diag,
+)
 from compiler.resolve import Resolved, kernel_block_problem, resolve
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.base import DNS1123_SUBDOMAIN
 from schemas.diagnostics import CompileError, Diagnostic, did_you_mean, shown
 from schemas.rack import MAX_GPUS, ClusterSpec
 from schemas.reading import FileProblem, read_regular
-from schemas.source import Document, PathKey, SourceMap, file_error, format_path, load_yaml_bytes
+from schemas.source import Document, SourceMap, file_error, format_path, load_yaml_bytes
 from schemas.validate import validate
 
 
@@ -56,13 +63,6 @@ def display_name(path: Path) -> str:
         return str(path)
 
 
-def _diag(src: SourceMap, path: PathKey, code: str, expected: str, got: str, hint: str,
-          key: bool = False) -> Diagnostic:
-    pos = src.locate(path, prefer_key=key)
-    return Diagnostic("error", code, src.file, pos.line, pos.column,
-                      format_path(src.shown(path)), expected, got, hint)
-
-
 def _load(raw: bytes, path: Path, kinds: tuple[str, ...]) -> tuple[object, Document]:
     doc = load_yaml_bytes(raw, display_name(path))
     return validate(doc, kinds), doc
@@ -75,7 +75,7 @@ def _read_ref(base: Path, src: SourceMap, field: str,
     try:
         return target, read_regular(target)
     except FileProblem as problem:
-        return _diag(src, ("spec", field), "E204" if problem.code == "E001" else problem.code,
+        return diag(src, ("spec", field), "E204" if problem.code == "E001" else problem.code,
                      problem.expected, f"{shown(value)}: {problem.got}",
                      f"{problem.hint}; paths are relative to {src.file}")
 
@@ -206,7 +206,7 @@ def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> 
     problem = None if block is None else kernel_block_problem(
         resolved.attention_backend.value, block)
     if problem:
-        raise CompileError([_diag(src, ("spec", "serving", "block_size"), "E105",
+        raise CompileError([diag(src, ("spec", "serving", "block_size"), "E105",
                                   "a multiple of the attention kernel block", str(block),
                                   f"{problem}; leave block_size out to take "
                                   f"{resolved.attention_backend.value}'s")])
@@ -249,7 +249,7 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
         texts.append(read[1])
         return model, doc.source
     if ref not in catalog.model_names():
-        errors.append(_diag(dsrc, ("spec", "model"), "E202", "a catalog model or a *.yaml path",
+        errors.append(diag(dsrc, ("spec", "model"), "E202", "a catalog model or a *.yaml path",
                             shown(ref), did_you_mean(ref, catalog.model_names())))
         return None, dsrc
     texts.append(catalog.model_text(ref).encode())
@@ -259,7 +259,7 @@ def _resolve_model(dep: DeploymentV1, base: Path, dsrc: SourceMap, errors: list[
 def _resolve_system(hw: RackV1 | ClusterV1, src: SourceMap, errors: list[Diagnostic]):
     name = hw.spec.system
     if name not in catalog.system_names():
-        errors.append(_diag(src, ("spec", "system"), "E201", "a catalog system", shown(name),
+        errors.append(diag(src, ("spec", "system"), "E201", "a catalog system", shown(name),
                             did_you_mean(name, catalog.system_names())))
         return None
     return catalog.system(name)
@@ -271,7 +271,7 @@ def fleet_units(hw: RackV1 | ClusterV1, src: SourceMap,
     of a mixed-fleet Cluster as a one-system Cluster. Problems go to `errors` (then: [])."""
     if not (isinstance(hw, ClusterV1) and hw.spec.groups):
         if isinstance(hw, ClusterV1) and hw.spec.system is None:
-            errors.append(_diag(src, ("spec",), "E102", "`spec.system` or `spec.groups`",
+            errors.append(diag(src, ("spec",), "E102", "`spec.system` or `spec.groups`",
                                 "neither", "name the catalog system, or list the groups of a "
                                 "mixed fleet"))
             return []
@@ -282,14 +282,14 @@ def fleet_units(hw: RackV1 | ClusterV1, src: SourceMap,
     before = len(errors)
     both = sorted(hw.spec.model_fields_set - {"groups"})
     if both:
-        errors.append(_diag(src, ("spec", both[0]), "E210", "`groups` alone (each group sets "
+        errors.append(diag(src, ("spec", both[0]), "E210", "`groups` alone (each group sets "
                             "its own hardware)", f"`{both[0]}` beside `groups`",
                             f"move `{both[0]}` into the groups it applies to", key=True))
     units, offset, seen = [], 0, {}
     for i, group in enumerate(hw.spec.groups):
         gsrc = src.group(i)
         if group.name in seen:
-            errors.append(_diag(gsrc, ("spec", "name"), "E210", "a group name not used before",
+            errors.append(diag(gsrc, ("spec", "name"), "E210", "a group name not used before",
                                 shown(group.name), f"groups[{seen[group.name]}] is named so"))
         seen.setdefault(group.name, i)
         unit = _group(hw, group, offset, gsrc, errors)
@@ -311,7 +311,7 @@ def _fleet_size(units: list[tuple[ClusterV1, SourceMap, System]],
     gpus = [_gpus(hw, system) for hw, _, system in units]
     if sum(gpus) <= MAX_GPUS:
         return []
-    return [_diag(src, ("spec", "groups"), "E212",
+    return [diag(src, ("spec", "groups"), "E212",
                   f"at most {MAX_GPUS} GPUs over the groups (64 NVL72 racks)",
                   f"{sum(gpus)} GPUs in {len(units)} groups",
                   "split the fleet into deployments of at most 64 racks' GPUs each")]
@@ -332,7 +332,7 @@ def _group(cluster: ClusterV1, group, offset: int, src: SourceMap,
     racks = layout(hw, system)[0]
     for j, gid in enumerate(group.unavailable.gpus):
         if not offset <= parse_gpu(gid).rack < offset + racks:
-            errors.append(_diag(src, ("spec", "unavailable", "gpus", j), "E205",
+            errors.append(diag(src, ("spec", "unavailable", "gpus", j), "E205",
                                 f"a GPU of racks r{offset}..r{offset + racks - 1}", repr(gid),
                                 "GPU ids are the plan's: racks count on across the groups"))
             return None
@@ -351,7 +351,7 @@ def _unique_node_names(units: list[tuple[ClusterV1, SourceMap, System]]) -> list
                 name = node_name(hw, r, t, r * trays + t)
                 if owner.setdefault(name, i) != i:
                     field = "node_names" if hw.spec.node_names else "node_name_template"
-                    return [_diag(src, ("spec", field), "E208",
+                    return [diag(src, ("spec", field), "E208",
                                   "node names no other group uses", repr(name),
                                   f"groups[{owner[name]}] has a node of that name; a node "
                                   "belongs to one group")]
@@ -367,33 +367,33 @@ def check_hardware(hw: RackV1 | ClusterV1, system: System, src: SourceMap,
     if isinstance(hw, ClusterV1):
         want, other = ("nodes", "racks") if system.form == "hgx" else ("racks", "nodes")
         if getattr(spec, other) is not None:
-            out.append(_diag(src, ("spec", other), "E207", f"`{want}` for a {system.form} system",
+            out.append(diag(src, ("spec", other), "E207", f"`{want}` for a {system.form} system",
                              f"`{other}`", f"{system.name} is counted in {want}", key=True))
         elif getattr(spec, want) is None:
-            out.append(_diag(src, ("spec",), "E102", f"`spec.{want}`", "nothing",
+            out.append(diag(src, ("spec",), "E102", f"`spec.{want}`", "nothing",
                              f"add `{want}:` (how many {system.name} {want})"))
     max_trays = int(system.rack.trays.value)
     if system.form == "nvl72" and spec.trays is not None and spec.trays > max_trays:
-        out.append(_diag(src, ("spec", "trays"), "E104", f"at most {max_trays} trays per rack",
+        out.append(diag(src, ("spec", "trays"), "E104", f"at most {max_trays} trays per rack",
                          str(spec.trays), f"a {system.name} rack has {max_trays} compute trays"))
     if out:
         return out
     racks, trays = layout(hw, system)
     for i, tray in enumerate(spec.unavailable.trays):
         if tray >= racks * trays:
-            out.append(_diag(src, ("spec", "unavailable", "trays", i), "E205",
+            out.append(diag(src, ("spec", "unavailable", "trays", i), "E205",
                              f"a tray index below {racks * trays}", str(tray),
                              "trays count from 0 across racks (rack * trays + tray)"))
     gpus = system.gpus_per_tray
     for i, gid in enumerate(spec.unavailable.gpus):
         r, t, g = parse_gpu(gid)
         if not 0 <= r - rack_offset < racks or t >= trays or g >= gpus:
-            out.append(_diag(src, ("spec", "unavailable", "gpus", i), "E205",
+            out.append(diag(src, ("spec", "unavailable", "gpus", i), "E205",
                              f"an id r<0..{racks - 1}>-t<00..{trays - 1:02d}>-g<0..{gpus - 1}>",
                              repr(gid), "GPU ids are r{rack}-t{tray:02d}-g{gpu}, from 0"))
     out.extend(_check_template(hw, racks, trays, src))
     if spec.node_names is not None and len(spec.node_names) != racks * trays:
-        out.append(_diag(src, ("spec", "node_names"), "E208",
+        out.append(diag(src, ("spec", "node_names"), "E208",
                          f"{racks * trays} node names (one per tray)",
                          f"{len(spec.node_names)}", "list one Kubernetes node per tray"))
     return out
@@ -442,12 +442,12 @@ def _check_template(hw: RackV1 | ClusterV1, racks: int, trays: int,
             raise ValueError(f"unsupported field {unsafe}")
         names = [node_name(hw, r, t, r * trays + t) for r in range(racks) for t in range(trays)]
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
-        return [_diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
+        return [diag(src, path, "E105", "a template with fields {name}, {rack}, {tray}",
                       shown(template), f"it fails to format: {exc}; e.g. "
                       "\"{name}-r{rack}-t{tray:02d}\"")]
     bad = [n for n in names if not re.match(DNS1123_SUBDOMAIN, n) or len(n) > 253]
     if bad:
-        return [_diag(src, path, "E105", "node names that are DNS-1123 subdomains",
+        return [diag(src, path, "E105", "node names that are DNS-1123 subdomains",
                       repr(bad[0]), "Kubernetes node names are lower case letters, digits, "
                       "'-' and '.'")]
     return []
@@ -464,211 +464,3 @@ def layout(hw: RackV1 | ClusterV1, system: System) -> tuple[int, int]:
         return 1, nodes or spec.trays or 1
     racks = spec.racks if isinstance(hw, ClusterV1) and spec.racks else 1
     return racks, spec.trays or int(system.rack.trays.value)
-
-
-def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    """Architecture numbers that bound each other (each blamed on the one that is too large)."""
-    spec, out = model.spec, []
-    limits = [(("dense_layers",), spec.dense_layers, ("layers",), spec.layers),
-              (("attention", "sliding_layers"), spec.attention.sliding_layers, ("layers",),
-               spec.layers),
-              (("attention", "kv_heads"), spec.attention.kv_heads, ("attention", "heads"),
-               spec.attention.heads)]
-    if spec.attention.qk_rope_head_dim is not None:
-        limits.append((("attention", "qk_rope_head_dim"), spec.attention.qk_rope_head_dim,
-                       ("attention", "head_dim"), spec.attention.head_dim))
-    if spec.moe is not None:
-        limits.append((("moe", "top_k"), spec.moe.top_k, ("moe", "experts"), spec.moe.experts))
-    for path, value, bound_path, bound in limits:
-        if value > bound:
-            out.append(_diag(src, ("spec", *path), "E104",
-                             f"at most {format_path(bound_path)} ({bound})", str(value),
-                             f"{path[-1]} cannot exceed {bound_path[-1]}"))
-    return out + _check_csa(spec, src)
-
-
-def _check_csa(spec, src: SourceMap) -> list[Diagnostic]:
-    """Compressed sparse attention names layers: each must exist, and every layer needs a
-    compression ratio."""
-    a, out = spec.attention, []
-    if (a.kind == "csa") != (a.kv_sharing is not None) or (a.kind == "csa" and not a.q_lora_rank):
-        return [_diag(src, ("spec", "attention", "kind"), "E104",
-                      "csa together with kv_sharing and q_lora_rank", a.kind,
-                      "compressed sparse attention (DeepSeek V4) needs both; other kinds neither")]
-    named = []
-    if a.kv_sharing is not None:
-        sh = a.kv_sharing
-        if len(sh.compress_ratios) < spec.layers:
-            out.append(_diag(src, ("spec", "attention", "kv_sharing", "compress_ratios"),
-                             "E104", f"one ratio per layer ({spec.layers})",
-                             str(len(sh.compress_ratios)), "list the config's compress_ratios"))
-        named.append((("kv_sharing", "source_layers"), sh.source_layers))
-    if a.indexer and a.indexer.source_layers is not None:
-        ids = a.indexer.source_layers
-        named.append((("indexer", "source_layers"), ids))
-        if a.kind != "csa" and (not ids or min(ids) != 0 or len(set(ids)) != len(ids)):
-            out.append(_diag(src, ("spec", "attention", "indexer", "source_layers"), "E104",
-                             "distinct layer ids from 0", str(ids)[:60],
-                             "layer 0 runs its own indexer; the others reuse the last one "
-                             "below them (the config's indexer_types 'full' layers)"))
-    for path, ids in named:
-        if ids and max(ids) >= spec.layers:
-            out.append(_diag(src, ("spec", "attention", *path), "E104",
-                             f"layer ids below layers ({spec.layers})", str(max(ids)),
-                             "layer ids count from 0"))
-    return out
-
-
-def _check_images(w, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    if not w.images_per_request:
-        return []
-    vision = model.spec.vision
-    if vision is None:
-        return [_diag(src, ("spec", "workload", "images_per_request"), "E105",
-                      "a model with a vision tower", f"{w.images_per_request:g}",
-                      f"{model.metadata.name} reads text only: set 0")]
-    if w.tokens_per_image is None:
-        return [_diag(src, ("spec", "workload", "images_per_request"), "E104",
-                      "workload.tokens_per_image beside it", "no tokens_per_image",
-                      "give the mean tokens an image becomes (pixels / (patch x merge)^2)")]
-    cap = vision.max_tokens_per_image
-    if cap and w.tokens_per_image > cap:
-        return [_diag(src, ("spec", "workload", "tokens_per_image"), "E104",
-                      f"at most the model's {cap} tokens per image", str(w.tokens_per_image),
-                      "its processor resizes larger images down to the cap")]
-    return []
-
-
-def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    """The deployment's cross-field rules against the model: lengths, images, speculative
-    decoding, the pool, expert options and pinned batch limits."""
-    return [*_check_lengths(dep, model, src), *_check_images(dep.spec.workload, model, src),
-            *_check_speculative(dep, model, src), *_check_pool(dep, src),
-            *_check_experts(dep, model, src), *_check_pin_limits(dep, src)]
-
-
-def _check_lengths(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    out = []
-    serving, mspec = dep.spec.serving, model.spec
-    if serving.max_model_len and serving.max_model_len > mspec.max_context_tokens:
-        out.append(_diag(src, ("spec", "serving", "max_model_len"), "E104",
-                         f"at most the model's context ({mspec.max_context_tokens})",
-                         str(serving.max_model_len), "lower max_model_len"))
-    length = serving.max_model_len or mspec.max_context_tokens
-    w = dep.spec.workload
-    profile = catalog.workload(w.profile)
-    if w.isl is not None or w.osl is not None:
-        isl = w.isl if w.isl is not None else profile.isl.value
-        osl = w.osl if w.osl is not None else profile.osl.value
-        if isl + osl > length:
-            field = "isl" if w.isl is not None else "osl"
-            out.append(_diag(src, ("spec", "workload", field), "E104",
-                             f"isl + osl within the context ({length} tokens)",
-                             f"{isl:g} + {osl:g}", "raise serving.max_model_len (up to the "
-                             f"model's {mspec.max_context_tokens}) or shorten the requests"))
-    elif profile.isl.value + profile.osl.value > length:
-        out.append(_diag(src, ("spec", "serving", "max_model_len"), "E104",
-                         f"room for the {w.profile} profile's requests", f"{length} tokens",
-                         "raise serving.max_model_len or set workload.isl/osl"))
-    return out
-
-
-def _check_speculative(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    out = []
-    spec_cfg, mspec = dep.spec.serving.speculative, model.spec
-    if spec_cfg and spec_cfg.acceptance > spec_cfg.draft_tokens + 1:
-        out.append(_diag(src, ("spec", "serving", "speculative", "acceptance"), "E104",
-                         f"at most draft_tokens + 1 = {spec_cfg.draft_tokens + 1}",
-                         str(spec_cfg.acceptance), "acceptance counts emitted tokens per step"))
-    if spec_cfg and spec_cfg.method in ("mtp", "dspark") and (
-            not mspec.draft or mspec.draft.method != spec_cfg.method):
-        have = mspec.draft.method if mspec.draft else "none"
-        out.append(_diag(src, ("spec", "serving", "speculative", "method"), "E105",
-                         f"the model's built-in draft ({have})", repr(spec_cfg.method),
-                         f"{model.metadata.name} has no {spec_cfg.method} layers"))
-    return out
-
-
-def _check_pool(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
-    out = []
-    pool = dep.spec.serving.kv_pool
-    if pool and pool.dram and pool.dram_fraction == 0:
-        out.append(_diag(src, ("spec", "serving", "kv_pool", "dram_fraction"), "E104",
-                         "a share above 0 for a DRAM pool that is on", "0",
-                         "raise dram_fraction, or set `dram: false`"))
-    if pool and pool.hbm and not pool.dram:
-        out.append(_diag(src, ("spec", "serving", "kv_pool", "hbm"), "E105",
-                         "the HBM pool on top of the DRAM pool", "hbm without dram",
-                         "set `dram: true`: the HBM segments join the DRAM store"))
-    return out
-
-
-def _check_experts(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
-    out = []
-    serving, mspec = dep.spec.serving, model.spec
-    if serving.redundant_experts and mspec.moe is None:
-        out.append(_diag(src, ("spec", "serving", "redundant_experts"), "E105",
-                         "redundant experts for a mixture-of-experts model",
-                         str(serving.redundant_experts),
-                         f"{mspec.architecture} has no routed experts: remove the field"))
-    offload = serving.weight_offload
-    if offload and offload.experts_only and mspec.moe is None:
-        out.append(_diag(src, ("spec", "serving", "weight_offload", "experts_only"), "E105",
-                         "expert offload for a mixture-of-experts model", "true",
-                         f"{mspec.architecture} has no routed experts: set `experts_only: "
-                         "false`"))
-    return out
-
-
-def _check_pin_limits(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
-    """Instances of one role and shape share one engine configuration."""
-    out = []
-    limits: dict[tuple[str, str], tuple] = {}
-    for j, pin in enumerate(dep.spec.objective.instances):
-        mine = (pin.max_batch, pin.max_batched_tokens)
-        if limits.setdefault((pin.role, pin.shape), mine) != mine:
-            out.append(_diag(src, ("spec", "objective", "instances", j), "E105",
-                             f"the batch limits of the other {pin.role} {pin.shape} entry",
-                             f"max_batch {pin.max_batch}, max_batched_tokens "
-                             f"{pin.max_batched_tokens}",
-                             "instances of one role and shape share one engine "
-                             "configuration: give them the same limits, or merge the entries"))
-    return out
-
-
-def check_fleet_objective(dep: DeploymentV1, systems: list[System],
-                          src: SourceMap) -> list[Diagnostic]:
-    """E211: pinned counts on a mixed fleet are refused. Every group is solved with the whole
-    deployment, so each would place every pin (the counts multiplied by the groups), and no
-    rule says which group an entry belongs to."""
-    obj = dep.spec.objective
-    if obj.mode != "pinned" or len(systems) < 2:
-        return []
-    return [_diag(src, ("spec", "objective", "mode"), "E211",
-                  "a goodput mode (throughput, latency) on a mixed fleet; `pinned` on one system",
-                  f"mode pinned over {len(systems)} groups "
-                  f"({', '.join(s.name for s in systems)})",
-                  "let the solver size each group (mode throughput), or pin each group's "
-                  "instances in its own deployment of a one-system Cluster")]
-
-
-def check_objective(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
-    obj = dep.spec.objective
-    if obj.mode == "pinned" and not obj.instances:
-        return [_diag(src, ("spec", "objective", "mode"), "E209", "`instances:` with mode pinned",
-                      "no instances", "list {role, shape, count} entries under objective")]
-    if obj.mode != "pinned" and obj.instances:
-        return [_diag(src, ("spec", "objective", "instances"), "E209",
-                      "instances only with `mode: pinned`", f"mode {obj.mode}",
-                      "set `mode: pinned` or remove `instances`", key=True)]
-    roles = {i.role for i in obj.instances}
-    if "aggregated" in roles and roles - {"aggregated"}:
-        return [_diag(src, ("spec", "objective", "instances"), "E209",
-                      "either aggregated instances or prefill + decode", "both",
-                      "disaggregated serving needs prefill and decode; aggregated neither")]
-    if roles and "aggregated" not in roles and roles != {"prefill", "decode"}:
-        missing = ({"prefill", "decode"} - roles).pop()
-        return [_diag(src, ("spec", "objective", "instances"), "E209",
-                      "prefill and decode instances", f"no {missing}",
-                      f"add a {missing} entry, or use role aggregated")]
-    return []

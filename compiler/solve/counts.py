@@ -1,7 +1,8 @@
 """Phase 1 of the solve: how many instances of each candidate shape (CP-SAT).
 
-Maximises goodput (requests/s at the SLO, the smaller of prefill and decode supply), then uses
-as few GPUs as possible for it. User requirements enter as assumption literals so that an
+Maximises goodput (requests/s at the SLO: the smaller of prefill and decode supply, plus the
+aggregated supply), then, among layouts with that goodput, the most spare supply (lower
+utilisation, so shorter queues). User requirements enter as assumption literals so that an
 infeasible deployment can be explained by the requirements that conflict.
 """
 
