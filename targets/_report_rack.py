@@ -73,71 +73,100 @@ def rack_svg(plan: Plan) -> tuple[str, list[Box]]:
     """The SVG and the boxes of every label it writes."""
     groups = panels(plan)
     scale = DETAILED if len(groups) <= DETAILED_PANELS else COMPACT
-    labels = Labels()
-    inst_of = {g: (i, r) for i in plan.instances for r, g in enumerate(i.gpus)}
-    shade: dict[str, int] = {}  # in the order the map meets them, so neighbours alternate
-    down = set(plan.hardware.unavailable_gpus)
-    mem: dict[str, list[tuple[str, DomainMemory]]] = {}
-    for dom_id, m in plan.memory.items():
-        mem.setdefault(gpu_of_domain(dom_id), []).append((dom_id, m))
-    shards: dict[str, list] = {}
-    for s in plan.engram_shards:
-        shards.setdefault(s.domain, []).append(s)
-    hbm_pool = {s.location for s in plan.kv_pool.segments if s.kind == "hbm"}
-    dram_pool = {s.location: s.gib for s in plan.kv_pool.segments if s.kind == "dram"}
+    panel_w, panel_h, cols = _panel_grid(groups, scale)
+    rack = _RackMap(plan, scale)
+    for k, (title, hw, trays) in enumerate(groups):
+        rack.panel((k % cols) * (panel_w + GAP), (k // cols) * (panel_h + GAP), title, hw, trays)
+    height = (len(groups) + cols - 1) // cols * (panel_h + GAP)
+    width = cols * (panel_w + GAP) - GAP
+    return svg(width, height, rack.body + rack.labels.elements, "rack map"), rack.labels.boxes
+
+
+def _panel_grid(groups: list[tuple[str, Hardware, list[Tray]]], scale: Scale
+                ) -> tuple[float, float, int]:
+    """The width and height of every panel (those of the largest) and the panels per row."""
     widths = [scale.tray_label + hw.gpus_per_tray * scale.gpu + 2 + scale.pool_bar
               for _, hw, _ in groups]
     panel_w = max(max(widths), max(len(t) for t, _, _ in groups) * scale.font * CHAR_EM + 2)
     cols = max(1, min(len(groups), int((MAX_WIDTH + GAP) // (panel_w + GAP))))
     panel_h = TITLE + max(len(ts) for _, _, ts in groups) * scale.row
-    body: list[str] = []
-    for k, (title, hw, trays) in enumerate(groups):
-        px, py = (k % cols) * (panel_w + GAP), (k // cols) * (panel_h + GAP)
-        labels.place(px, py + TITLE - 4, title, scale.font, font_weight="bold")
+    return panel_w, panel_h, cols
+
+
+class _RackMap:
+    """The rack map under way: what each GPU, memory domain and tray holds, the elements
+    written so far and the labels."""
+
+    def __init__(self, plan: Plan, scale: Scale) -> None:
+        self.plan, self.scale = plan, scale
+        self.inst_of = {g: (i, r) for i in plan.instances for r, g in enumerate(i.gpus)}
+        self.shade: dict[str, int] = {}  # in the order the map meets them, so neighbours alternate
+        self.down = set(plan.hardware.unavailable_gpus)
+        self.mem: dict[str, list[tuple[str, DomainMemory]]] = {}
+        for dom_id, m in plan.memory.items():
+            self.mem.setdefault(gpu_of_domain(dom_id), []).append((dom_id, m))
+        self.shards: dict[str, list] = {}
+        for s in plan.engram_shards:
+            self.shards.setdefault(s.domain, []).append(s)
+        self.hbm_pool = {s.location for s in plan.kv_pool.segments if s.kind == "hbm"}
+        self.dram_pool = {s.location: s.gib for s in plan.kv_pool.segments if s.kind == "dram"}
+        self.body: list[str] = []
+        self.labels = Labels()
+
+    def panel(self, px: float, py: float, title: str, hw: Hardware, trays: list[Tray]) -> None:
+        scale = self.scale
+        self.labels.place(px, py + TITLE - 4, title, scale.font, font_weight="bold")
         gx = px + scale.tray_label
-        gpu_w = scale.gpu
-        cell = gpu_w / hw.domains_per_gpu
         for r, tray in enumerate(trays):
             ty = py + TITLE + r * scale.row
             if scale.tray_label:
-                labels.place(gx - 4, ty + scale.row * 0.7, tray.id, scale.font, "end")
-            for c, gpu in enumerate(tray.gpus):
-                inst, rank = inst_of.get(gpu, (None, 0))
-                x = gx + c * gpu_w
-                if inst:
-                    shade.setdefault(inst.id, len(shade) % 2)
-                fill = DOWN if gpu in down else \
-                    ROLE_COLOURS[inst.role][shade[inst.id]] if inst else IDLE
-                cells = [rect(x, ty, gpu_w - 1, scale.row - 1, fill)]
-                for d in range(hw.domains_per_gpu):
-                    dom, dx = domain_id(gpu, d), x + d * cell
-                    if d:
-                        cells.append(rect(dx - 0.5, ty, 0.5, scale.row - 1, "#ffffff"))
-                    if dom in hbm_pool:
-                        cells.append(rect(dx, ty + scale.row - 1 - scale.row / 5,
-                                          cell - 1, scale.row / 5, POOL))
-                    if dom in shards:  # top right, clear of the instance labels
-                        dot = min(scale.row, cell) / 8
-                        cells.append(f'<circle cx="{dx + cell - 2 * dot - 1:.2f}" '
-                                     f'cy="{ty + 2 * dot:.2f}" r="{dot:.2f}" fill="{ENGRAM}"/>')
-                body.append("<g><title>" + escape(_gpu_title(gpu, inst, rank, gpu in down,
-                                                          mem.get(gpu, []), shards))
-                            + "</title>" + "".join(cells) + "</g>")
-                if inst and rank == 0 and scale.tray_label:
-                    run = _run(tray.gpus, c, inst) * gpu_w  # its own GPUs in this row
-                    if len(inst.id) * scale.font * CHAR_EM + 6 <= run:
-                        labels.place(x + 3, ty + scale.row * 0.7, inst.id, scale.font,
-                                     fill="#ffffff")
-            if tray.id in dram_pool:
-                bx = gx + hw.gpus_per_tray * gpu_w + 1
-                host = plan.host_memory.get(tray.id)
-                cap = f" of {host.capacity_gib:g} GiB host memory" if host else ""
-                body.append(rect(bx, ty, scale.pool_bar, scale.row - 1, POOL,
-                                 f"{tray.id} ({tray.node_name}): Mooncake DRAM segment "
-                                 f"{dram_pool[tray.id]:g} GiB{cap}"))
-    height = (len(groups) + cols - 1) // cols * (panel_h + GAP)
-    width = cols * (panel_w + GAP) - GAP
-    return svg(width, height, body + labels.elements, "rack map"), labels.boxes
+                self.labels.place(gx - 4, ty + scale.row * 0.7, tray.id, scale.font, "end")
+            for c in range(len(tray.gpus)):
+                self.gpu(gx + c * scale.gpu, ty, hw, tray, c)
+            if tray.id in self.dram_pool:
+                self.dram_bar(gx + hw.gpus_per_tray * scale.gpu + 1, ty, tray)
+
+    def gpu(self, x: float, ty: float, hw: Hardware, tray: Tray, c: int) -> None:
+        """The `c`th GPU of a tray's row, at (x, ty), with its hover text and instance id."""
+        scale, gpu = self.scale, tray.gpus[c]
+        inst, rank = self.inst_of.get(gpu, (None, 0))
+        if inst:
+            self.shade.setdefault(inst.id, len(self.shade) % 2)
+        fill = DOWN if gpu in self.down else \
+            ROLE_COLOURS[inst.role][self.shade[inst.id]] if inst else IDLE
+        cells = [rect(x, ty, scale.gpu - 1, scale.row - 1, fill),
+                 *self.domain_marks(gpu, x, ty, hw.domains_per_gpu)]
+        title = _gpu_title(gpu, inst, rank, gpu in self.down, self.mem.get(gpu, []), self.shards)
+        self.body.append("<g><title>" + escape(title) + "</title>" + "".join(cells) + "</g>")
+        if inst and rank == 0 and scale.tray_label:
+            run = _run(tray.gpus, c, inst) * scale.gpu  # its own GPUs in this row
+            if len(inst.id) * scale.font * CHAR_EM + 6 <= run:
+                self.labels.place(x + 3, ty + scale.row * 0.7, inst.id, scale.font,
+                                  fill="#ffffff")
+
+    def domain_marks(self, gpu: str, x: float, ty: float, per_gpu: int) -> list[str]:
+        """A GPU's memory domains: a white line between two, the HBM pool's stripe, the dot
+        of Engram shards."""
+        row, cell = self.scale.row, self.scale.gpu / per_gpu
+        marks = []
+        for d in range(per_gpu):
+            dom, dx = domain_id(gpu, d), x + d * cell
+            if d:
+                marks.append(rect(dx - 0.5, ty, 0.5, row - 1, "#ffffff"))
+            if dom in self.hbm_pool:
+                marks.append(rect(dx, ty + row - 1 - row / 5, cell - 1, row / 5, POOL))
+            if dom in self.shards:  # top right, clear of the instance labels
+                dot = min(row, cell) / 8
+                marks.append(f'<circle cx="{dx + cell - 2 * dot - 1:.2f}" '
+                             f'cy="{ty + 2 * dot:.2f}" r="{dot:.2f}" fill="{ENGRAM}"/>')
+        return marks
+
+    def dram_bar(self, bx: float, ty: float, tray: Tray) -> None:
+        host = self.plan.host_memory.get(tray.id)
+        cap = f" of {host.capacity_gib:g} GiB host memory" if host else ""
+        self.body.append(rect(bx, ty, self.scale.pool_bar, self.scale.row - 1, POOL,
+                              f"{tray.id} ({tray.node_name}): Mooncake DRAM segment "
+                              f"{self.dram_pool[tray.id]:g} GiB{cap}"))
 
 
 def _run(gpus: list[str], start: int, inst: Instance) -> int:

@@ -174,47 +174,13 @@ def _router(plan: Plan, group: str | None, comps: list[Component]) -> list[dict]
     if not (image and prefill and decode):
         return []
     name = router_name(plan.serving.name, group)
-    ns = plan.serving.namespace
     selector = _kube.labels(plan, "router")
     if group is not None:
         selector[GROUP_LABEL] = group
-    args = ["--vllm-pd-disaggregation", "--service-discovery",
-            "--service-discovery-namespace", ns, "--service-discovery-port", str(ports.ENGINE_API)]
-    for flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
-        args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}",
-                 *([f"{GROUP_LABEL}={group}"] if group is not None else [])]
-    # prefill by prefix (cache_aware, the default); decode by load: it takes the prompt's KV
-    # from prefill, and cache_aware would ask every decode server to tokenize each request
-    # (docs/model-routing/pd-disaggregation.md "Policy Recommendations")
-    args += ["--decode-policy", "power_of_two", "--host", "0.0.0.0",
-             "--port", str(ports.ROUTER_HTTP)]
-    # /readiness answers once a healthy prefill and a healthy decode are discovered, /health
-    # even with none (src/routers/http/pd_router.rs readiness, health; src/server.rs)
-    container = V1Container(
-        name="router", image=image, command=["vllm-router"], args=args,
-        ports=[V1ContainerPort(name="http", container_port=ports.ROUTER_HTTP)],
-        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readiness", port="http"),
-                                period_seconds=PROBE_PERIOD_S),
-        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/liveness", port="http"),
-                               period_seconds=30, failure_threshold=3),
-        resources=_kube.requirements(plan, plan.site.frontend),
-        security_context=_kube.security_context(plan, "router"))
-    pod = V1PodSpec(service_account_name=name, containers=[container],
-                    automount_service_account_token=_kube.token(plan, "router"),
-                    affinity=_kube.off_rack_affinity(plan),
-                    priority_class_name=plan.site.priority_class,
-                    tolerations=_kube.tolerations(plan),
-                    node_selector=_kube.cpu_node_selector(plan))
-    meta = V1ObjectMeta(name=name, namespace=ns, labels=selector)
+    meta = V1ObjectMeta(name=name, namespace=plan.serving.namespace, labels=selector)
+    pod = _router_pod(plan, name, _router_container(plan, image, group))
     return [_kube.to_dict(x) for x in (
-        V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),
-        V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role", metadata=meta,
-               rules=[V1PolicyRule(api_groups=[""], resources=["pods"],
-                                   verbs=["get", "list", "watch"])]),
-        V1RoleBinding(api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
-                      metadata=meta, role_ref=V1RoleRef(api_group="rbac.authorization.k8s.io",
-                                                        kind="Role", name=name),
-                      subjects=[RbacV1Subject(kind="ServiceAccount", name=name, namespace=ns)]),
+        *_router_access(meta),
         V1Deployment(api_version="apps/v1", kind="Deployment", metadata=meta,
                      spec=V1DeploymentSpec(
                          replicas=1, selector=V1LabelSelector(match_labels=selector),
@@ -223,6 +189,57 @@ def _router(plan: Plan, group: str | None, comps: list[Component]) -> list[dict]
         V1Service(api_version="v1", kind="Service", metadata=meta,
                   spec=V1ServiceSpec(selector=selector, ports=[
                       V1ServicePort(name="http", port=ports.ROUTER_HTTP, target_port="http")])))]
+
+
+def _router_args(plan: Plan, group: str | None) -> list[str]:
+    args = ["--vllm-pd-disaggregation", "--service-discovery",
+            "--service-discovery-namespace", plan.serving.namespace,
+            "--service-discovery-port", str(ports.ENGINE_API)]
+    for flag, role in (("--prefill-selector", "prefill"), ("--decode-selector", "decode")):
+        args += [flag, f"app.kubernetes.io/name={_kube.app_name(plan)}", f"{API_ROLE_LABEL}={role}",
+                 *([f"{GROUP_LABEL}={group}"] if group is not None else [])]
+    # prefill by prefix (cache_aware, the default); decode by load: it takes the prompt's KV
+    # from prefill, and cache_aware would ask every decode server to tokenize each request
+    # (docs/model-routing/pd-disaggregation.md "Policy Recommendations")
+    return [*args, "--decode-policy", "power_of_two", "--host", "0.0.0.0",
+            "--port", str(ports.ROUTER_HTTP)]
+
+
+def _router_container(plan: Plan, image: str, group: str | None) -> V1Container:
+    # /readiness answers once a healthy prefill and a healthy decode are discovered, /health
+    # even with none (src/routers/http/pd_router.rs readiness, health; src/server.rs)
+    return V1Container(
+        name="router", image=image, command=["vllm-router"], args=_router_args(plan, group),
+        ports=[V1ContainerPort(name="http", container_port=ports.ROUTER_HTTP)],
+        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readiness", port="http"),
+                                period_seconds=PROBE_PERIOD_S),
+        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/liveness", port="http"),
+                               period_seconds=30, failure_threshold=3),
+        resources=_kube.requirements(plan, plan.site.frontend),
+        security_context=_kube.security_context(plan, "router"))
+
+
+def _router_pod(plan: Plan, name: str, container: V1Container) -> V1PodSpec:
+    return V1PodSpec(service_account_name=name, containers=[container],
+                     automount_service_account_token=_kube.token(plan, "router"),
+                     affinity=_kube.off_rack_affinity(plan),
+                     priority_class_name=plan.site.priority_class,
+                     tolerations=_kube.tolerations(plan),
+                     node_selector=_kube.cpu_node_selector(plan))
+
+
+def _router_access(meta: V1ObjectMeta) -> list:
+    """The router's ServiceAccount and the Role (bound to it) that lets it watch pods."""
+    name, ns = meta.name, meta.namespace
+    return [
+        V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),
+        V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role", metadata=meta,
+               rules=[V1PolicyRule(api_groups=[""], resources=["pods"],
+                                   verbs=["get", "list", "watch"])]),
+        V1RoleBinding(api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+                      metadata=meta, role_ref=V1RoleRef(api_group="rbac.authorization.k8s.io",
+                                                        kind="Role", name=name),
+                      subjects=[RbacV1Subject(kind="ServiceAccount", name=name, namespace=ns)])]
 
 
 def emit(plan: Plan) -> dict[str, str]:
