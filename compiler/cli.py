@@ -1,7 +1,10 @@
 """The `rackc` command line: parse arguments, call compiler.api, print. Only this module does I/O
 on the user's behalf (through compiler.files and compiler.output_dir). `compiler.api` is
 imported inside each command so that `compile` can fork its target emitter before the heavy
-imports."""
+imports. One module past 500 lines on purpose: it is the one place that talks to the user
+(each command's arguments, exit codes and printing), so a reader sees every command's
+interface together.
+"""
 
 import argparse
 import json

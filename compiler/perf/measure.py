@@ -54,6 +54,11 @@ Run from the repository root on the target machine (about two minutes on an H200
 ``--dry-run`` lists the grid without a GPU. The committed result for HGX H200 is
 ``compiler/catalog/calibration/hgx-h200.raw.json``; the floors (``--grid floors -o
 $OUT/hgx-h200.floors.raw.json``) are ``compiler/catalog/calibration/hgx-h200.floors.raw.json``.
+
+One module past 500 lines on purpose: it runs as one script on the device machine, which
+receives the working tree and runs ``python3 -m compiler.perf.measure`` with PyTorch and the
+kernel choices of compiler.perf.engine_kernels alone; each operator's benchmark sits beside
+the grid that names it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ group before it starts (catalog/engines/vllm-0.33.yaml pipeline.stage_send). vLL
 in flight and schedules a prompt's next chunk while the previous one is in the pipeline, so a
 new chunk enters every slowest-stage time (the step's `us`), and each chunk also spends the
 other stages' time in the pipeline (`fill_us`: what a request waits beyond its chunks' turns).
+
+One module past 500 lines on purpose: a step is the composition of every layer kind (MLA,
+compressed sparse attention, sliding windows, MoE, Engram, hyper-connections, the draft, the
+vision tower, pipeline stages), and each composition rule reads the others' breakdown keys.
 """
 
 import math

@@ -24,12 +24,6 @@ class CountVars:
     aggregated: cp_model.IntVar | None = None  # 1: aggregated serving, 0: prefill + decode
 
 
-def whole_trays(problem: Problem, gpus: int) -> int:
-    """Trays an instance of `gpus` GPUs takes whole (0: it fits inside one tray)."""
-    per = problem.domains[0].gpus_per_tray
-    return gpus // per if gpus >= per else 0
-
-
 def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     """A tray that an `unavailable` entry touches is whole-tray usable iff no active entry
     touches it; one a kept instance holds a GPU of, never (trays nothing touches: always)."""
@@ -60,7 +54,7 @@ def add_gpu_capacity(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
 
 def items(p: Problem) -> list[racks.Item]:
     """What each candidate takes: whole trays, or GPUs inside one tray."""
-    return [racks.Item(whole_trays(p, c.shape.gpus), c.shape.gpus) for c in p.candidates]
+    return [racks.Item(p.whole_trays(c.shape.gpus), c.shape.gpus) for c in p.candidates]
 
 
 def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:

@@ -89,12 +89,6 @@ def _per_tray(p: Problem) -> int:
     return p.domains[0].gpus_per_tray
 
 
-def _whole(p: Problem, kind: Kind) -> int:
-    """Trays per instance (0 for a sub-tray kind)."""
-    per = _per_tray(p)
-    return kind.shape.gpus // per if kind.shape.gpus >= per else 0
-
-
 def add_options(m: cp_model.CpModel, p: Problem, ks: list[Kind]) -> PlaceVars:
     opts: dict[int, list] = {}
     for i, k in enumerate(ks):
@@ -102,7 +96,7 @@ def add_options(m: cp_model.CpModel, p: Problem, ks: list[Kind]) -> PlaceVars:
         for d in p.domains:
             for t in d.trays:
                 gpus = p.gpus_of(t)
-                if _whole(p, k):
+                if p.whole_trays(k.shape.gpus):
                     opts[i].append((m.new_bool_var(f"tray[{i},{t}]"), t, tuple(gpus)))
                     continue
                 size = k.shape.gpus
@@ -110,7 +104,7 @@ def add_options(m: cp_model.CpModel, p: Problem, ks: list[Kind]) -> PlaceVars:
                     opts[i].append((m.new_bool_var(f"block[{i},{t},{b}]"), t,
                                     tuple(gpus[b:b + size])))
     per_domain = {(i, d.id): m.new_int_var(0, len(d.trays), f"inst[{i},{d.id}]")
-                  for i, k in enumerate(ks) if _whole(p, k) for d in p.domains}
+                  for i, k in enumerate(ks) if p.whole_trays(k.shape.gpus) for d in p.domains}
     return PlaceVars(opts, per_domain)
 
 
@@ -118,7 +112,7 @@ def add_shape_on_trays(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: Place
     """A sub-tray instance is one aligned block of one tray; a whole-tray instance takes
     gpus/tray whole trays (TP8 on 4-GPU trays: exactly two; DEP16: four)."""
     for i, k in enumerate(ks):
-        if not _whole(p, k):
+        if not p.whole_trays(k.shape.gpus):
             m.add(sum(x for x, _, _ in v.options[i]) == k.count)
 
 
@@ -127,7 +121,7 @@ def add_one_nvlink_domain(m: cp_model.CpModel, p: Problem, ks: list[Kind],
     """Each whole-tray instance's trays lie in one domain: every domain holds a whole number of
     instances' worth of trays (sub-tray instances live in one tray, hence one domain)."""
     for i, k in enumerate(ks):
-        trays = _whole(p, k)
+        trays = p.whole_trays(k.shape.gpus)
         if not trays:
             continue
         for d in p.domains:
@@ -193,7 +187,7 @@ def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars)
         m.add(sum(flags_of[role]) >= -(-gpus // per))
     runs = []
     for i, k in enumerate(ks):
-        if _whole(p, k):
+        if p.whole_trays(k.shape.gpus):
             on = {t: x for x, t, _ in v.options[i]}
             for a, b in zip([None, *trays], trays, strict=False):
                 start = m.new_bool_var(f"run[{i},{b}]")
@@ -214,7 +208,7 @@ def _instances(p: Problem, ks: list[Kind], v: PlaceVars, s: cp_model.CpSolver
     out = {}
     for i, k in enumerate(ks):
         chosen = [(t, gpus) for x, t, gpus in v.options[i] if s.value(x)]
-        per = _whole(p, k)
+        per = p.whole_trays(k.shape.gpus)
         if not per:
             out[i] = [gpus for _, gpus in chosen]
             continue
@@ -251,7 +245,7 @@ def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
     m = cp_model.CpModel()
     down = racks.down_gpus(p)
     busy = {t: 0 for d in p.domains for t in d.trays if down.intersection(p.gpus_of(t))}
-    items = [racks.Item(_whole(p, k), k.shape.gpus) for k in ks]
+    items = [racks.Item(p.whole_trays(k.shape.gpus), k.shape.gpus) for k in ks]
     cap = racks.add_capacity(m, p, items, [k.count for k in ks], busy)
     s, status, _ = solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -283,15 +277,16 @@ def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
     free = {d.id: sum(1 for t in d.trays if not down.intersection(p.gpus_of(t)))
             for d in p.domains}
     free_trays = sum(free.values())
-    whole = sum(k.count * _whole(p, k) for k in ks)
+    whole = sum(k.count * p.whole_trays(k.shape.gpus) for k in ks)
     if whole > free_trays:
         out.append(f"whole-tray instances take {whole} trays with no GPU down or taken; "
                    f"{free_trays} of {len(trays)} are")
+    most = max(free.values())
     for k in ks:
-        if _whole(p, k) > max(free.values()):
-            out.append(f"{k.role} {k.shape.name} takes {_whole(p, k)} whole trays of one NVLink "
-                       f"domain; the most any domain has free is {max(free.values())}")
-    sub = [k for k in ks if not _whole(p, k)]
+        if p.whole_trays(k.shape.gpus) > most:
+            out.append(f"{k.role} {k.shape.name} takes {p.whole_trays(k.shape.gpus)} whole "
+                       f"trays of one NVLink domain; the most any domain has free is {most}")
+    sub = [k for k in ks if not p.whole_trays(k.shape.gpus)]
     for size in sorted({k.shape.gpus for k in sub}):
         blocks = sum(k.count * k.shape.gpus // size for k in sub if k.shape.gpus >= size)
         have = sum(racks.aligned_blocks_free(p.gpus_of(t), down, size) for t in trays) \

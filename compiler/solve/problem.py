@@ -98,6 +98,12 @@ class Problem:
             out[i] = out.get(i, 0) + 1
         return out
 
+    def whole_trays(self, gpus: int) -> int:
+        """Trays an instance of `gpus` GPUs takes whole (0: it fits inside one tray): the one
+        rule the count model, the per-rack split and placement share."""
+        per = self.domains[0].gpus_per_tray
+        return gpus // per if gpus >= per else 0
+
     def gpus_of(self, tray: str) -> list[str]:
         return graph.gpus_of_tray(self.graph, tray)
 
