@@ -45,7 +45,9 @@ def compiled_example():
 SLOW_FILES = (
     "conformance/", "validate/", "compile/test_golden_plan.py", "compile/test_golden_fleet.py",
     "targets/test_golden.py", "compile/test_properties.py", "compile/test_incremental.py",
-    "compile/test_mixed_fleet.py", "compile/test_examples.py",
+    "compile/test_mixed_fleet.py", "compile/test_examples.py", "compile/test_pipeline.py",
+    "compile/test_engine_capabilities.py", "unit/test_signals.py", "targets/test_consistency.py",
+    "targets/test_report_layout.py",
 )
 
 
