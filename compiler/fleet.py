@@ -10,7 +10,6 @@ fleet; KV blocks move between groups, so the groups must agree on the block size
 cache dtype.
 """
 
-from compiler import catalog
 from compiler.ids import natural
 from compiler.load import Inputs
 from compiler.plan import (
@@ -144,7 +143,7 @@ def _predicted(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Predicted | None
     if any(p is None for p in ps):
         return None
     gpus = [sum(len(i.gpus) for i in p.instances) for p in plans]
-    kw = [n * catalog.system(i.system.name).gpu.power_w.value / 1000
+    kw = [n * i.system.gpu.power_w.value / 1000
           for n, i in zip(gpus, fleet, strict=True)]
     rps = [p.requests_per_s for p in ps]
 

@@ -42,20 +42,17 @@ def summarise(out: Outcome, w: Requests, slo: dict[str, float], gpus: int) -> di
     """The run's metrics as plain data (rounded: byte-identical JSON for a seed)."""
     n = len(w)
     lo, hi = int(n * WARM_SHARE), max(int(n * (1 - COOL_SHARE)), int(n * WARM_SHARE) + 1)
-    sel = np.zeros(n, dtype=bool)
-    sel[lo:hi] = True
     ok = out.lost == 0
-    win = sel & ok
+    win = np.zeros(n, dtype=bool)
+    win[lo:hi] = True
+    win &= ok
     ttft = (out.first_us - out.issued_us) / 1e3
     e2e = (out.done_us - out.issued_us) / 1e3
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(w.osl > 1, (out.done_us - out.first_us) / np.maximum(w.osl - 1, 1)
                         / 1e3, np.nan)
         rate = 1e3 / tpot
-    # completions over the steady state's issue span, shifted by the median latency (what
-    # was issued then finishes about that much later)
-    lag = float(np.nanmedian(e2e[win])) * 1e3 if win.any() else 0.0
-    t0, t1 = float(out.issued_us[lo]) + lag, float(out.issued_us[min(hi, n - 1)]) + lag
+    t0, t1 = _span(out, e2e, win, lo, hi)
     span_s = (t1 - t0) / 1e6
     in_span = ok & (out.done_us >= t0) & (out.done_us < t1)
     per_s = in_span.sum() / span_s if span_s > 0 else 0.0
@@ -90,6 +87,15 @@ def summarise(out: Outcome, w: Requests, slo: dict[str, float], gpus: int) -> di
         "kv_peak_share": round(out.peak_kv_share, 4),
         "faults": out.faults,
     }
+
+
+def _span(out: Outcome, e2e: np.ndarray, win: np.ndarray, lo: int, hi: int
+          ) -> tuple[float, float]:
+    """When the steady state's completions fall: its issue span, shifted by the median
+    latency (what was issued then finishes about that much later)."""
+    lag = float(np.nanmedian(e2e[win])) * 1e3 if win.any() else 0.0
+    return (float(out.issued_us[lo]) + lag,
+            float(out.issued_us[min(hi, len(out.issued_us) - 1)]) + lag)
 
 
 def _round(x: float) -> float | None:

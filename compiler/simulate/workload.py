@@ -152,9 +152,16 @@ def _agentic(rng: np.random.Generator, w: Workload, n: int, max_len: int) -> Req
         cols["isl"][i], cols["osl"][i], cols["reuse"][i] = isl, osl[i], reuse
         cols["session"][i], cols["parent"][i], cols["client"][i] = s, parent, c
         think[i] = 0.0 if first else gaps[i]
+    return _capped(cols, think, max_len)
+
+
+def _capped(cols: dict[str, np.ndarray], think: np.ndarray, max_len: int) -> Requests:
+    """Closed-loop turns (arrivals at 0, think times between turns) within the context cap:
+    a prompt of at most max_len - 1 tokens, its output up to the cap."""
     osl_capped = np.minimum(cols["osl"], max_len - np.minimum(cols["isl"], max_len - 1))
     return Requests(np.minimum(cols["isl"], max_len - 1), osl_capped, cols["reuse"],
-                    cols["session"], cols["parent"], cols["client"], np.zeros(n), think)
+                    cols["session"], cols["parent"], cols["client"], np.zeros(len(think)),
+                    think)
 
 
 def _bad(file: str, line: int, path: str, expected: str, got: str) -> Diagnostic:
@@ -255,8 +262,8 @@ def hash_prefixes(hashed: list[list[int] | None], isl: np.ndarray, key: np.ndarr
     return key, parent, reuse
 
 
-def _trace_row(text: str, file: str, number: int, max_len: int, block_size: int,
-               errors: list[Diagnostic]) -> dict | None:
+def _trace_object(text: str, file: str, number: int, errors: list[Diagnostic]) -> dict | None:
+    """A trace line as a JSON object of known fields, Mooncake's names taken as ours."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -277,25 +284,40 @@ def _trace_row(text: str, file: str, number: int, max_len: int, block_size: int,
                 return None
             v = obj.pop(alias)
             obj[name] = v / 1e3 if alias == "timestamp" and _is_number(v) else v
+    return obj
 
-    def number_of(key: str, lo: float, hi: float, default: float | None, integer: bool):
-        v = obj.get(key, default)
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
-            and lo <= v <= hi and (not integer or float(v).is_integer())
-        if not ok:
-            kind = "an integer" if integer else "a number"
-            errors.append(_bad(file, number, key, f"{kind} from {lo:g} to {hi:g}",
-                               json.dumps(v) if key in obj else "missing"))
-            return None
-        return v
 
-    isl = number_of("input_tokens", 1, max_len - 1, None, True)
-    osl = number_of("output_tokens", 1, max_len, None, True)
-    prefix = number_of("prefix_tokens", 0, max_len, 0, True)
-    session = number_of("session", 0, 2**31, -1 if "arrival_s" in obj else None, True) \
+def _field(obj: dict, key: str, bounds: tuple[float, float], default: float | None,
+           integer: bool, where: tuple[str, int], errors: list[Diagnostic]) -> float | None:
+    """A numeric field within `bounds` (an integer where `integer`), else a diagnostic."""
+    lo, hi = bounds
+    v = obj.get(key, default)
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
+        and lo <= v <= hi and (not integer or float(v).is_integer())
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        errors.append(_bad(*where, key, f"{kind} from {lo:g} to {hi:g}",
+                           json.dumps(v) if key in obj else "missing"))
+        return None
+    return v
+
+
+def _trace_row(text: str, file: str, number: int, max_len: int, block_size: int,
+               errors: list[Diagnostic]) -> dict | None:
+    obj = _trace_object(text, file, number, errors)
+    if obj is None:
+        return None
+
+    def field(key: str, lo: float, hi: float, default: float | None, integer: bool):
+        return _field(obj, key, (lo, hi), default, integer, (file, number), errors)
+
+    isl = field("input_tokens", 1, max_len - 1, None, True)
+    osl = field("output_tokens", 1, max_len, None, True)
+    prefix = field("prefix_tokens", 0, max_len, 0, True)
+    session = field("session", 0, 2**31, -1 if "arrival_s" in obj else None, True) \
         if "session" in obj or "arrival_s" not in obj else -1
-    arrival = number_of("arrival_s", 0, 1e7, 0.0, False)
-    think = number_of("think_s", 0, 1e5, 0.0, False)
+    arrival = field("arrival_s", 0, 1e7, 0.0, False)
+    think = field("think_s", 0, 1e5, 0.0, False)
     if None in (isl, osl, prefix, session, arrival, think):
         return None
     if prefix > isl:

@@ -523,58 +523,71 @@ def _facts_of(plan: Plan, e: Engine) -> EngineFacts:
 
 
 def engine_capability(ctx: Context) -> list[Finding]:
-    out = []
-    moe_model = ctx.plan.model.moe
-    for e in _all_engines(ctx):
-        facts = _facts_of(ctx.plan, e)
-        block = _int(e.flag("--block-size"), 0)
-        backend = e.flag("--attention-backend")
-        sizes = facts.kernel_block_sizes.get(backend) if backend else None
-        if sizes and block and not any(block % s == 0 for s in sizes.value):
-            out.append(Finding("engine-capability", e.file, e.line, e.where,
-                               f"--block-size a multiple of {backend}'s kernel block "
-                               f"size{'s' if len(sizes.value) > 1 else ''} {sizes.value}",
-                               f"--block-size {block}", "the attention kernels read KV in "
-                               f"pages of their block size ({sizes.source})"))
-        moe = e.flag("--moe-backend")
-        fmt = ctx.plan.model.expert_format
-        if moe and moe_model and facts.moe_backends and moe not in facts.moe_backends.value:
-            out.append(Finding("engine-capability", e.file, e.line, e.where,
-                               f"a --moe-backend that loads {fmt} experts "
-                               f"({', '.join(facts.moe_backends.value)})",
-                               f"--moe-backend {moe}", facts.moe_backends.source))
-        a2a = e.flag("--all2all-backend")
-        if moe and a2a and moe_model and a2a in facts.batched_layout.value and \
-                facts.moe_batched and moe not in facts.moe_batched.value:
-            out.append(Finding("engine-capability", e.file, e.line, e.where,
-                               f"a --moe-backend with a kernel for {a2a}'s batched "
-                               f"activations ({', '.join(facts.moe_batched.value)})",
-                               f"--moe-backend {moe}", facts.moe_batched.source))
-        need = facts.multi_node_nvlink_env.get(a2a) if a2a else None
-        if need and _on_nvl72(e, ctx.plan) and \
-                _spans_trays(e, ctx.plan):  # across HGX nodes the EP group is on RDMA
-            for key, value in need.value.items():
-                if e.env.get(key) != value:
-                    out.append(Finding("engine-capability", e.file, e.line, e.where,
-                                       f"{key}={value} for {a2a} across trays",
-                                       f"{key}={e.env.get(key)}", need.source))
+    out = [f for e in _all_engines(ctx) for f in _engine_kernels(e, ctx.plan)]
     for engines in [b.engines for b in ctx.bundles] + [ctx.scripts]:
         out += _pipelined_peers_push(engines, ctx.plan)
     for b in ctx.bundles:
-        worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
-        for g in b.groups:
-            for c in g.spec.get("containers") or []:
-                words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
-                if "dynamo.frontend" in words and worker_blocks:
-                    given = _int(_after(words, "--kv-cache-block-size"), 0)
-                    if given not in worker_blocks or len(worker_blocks) > 1:
-                        out.append(Finding("engine-capability", g.obj.file,
-                                           g.obj.line_at(g.path), g.where,
-                                           "--kv-cache-block-size equal to the workers' "
-                                           f"--block-size {sorted(worker_blocks)}",
-                                           f"--kv-cache-block-size {given or 'unset (16)'}",
-                                           "the router hashes prompts in blocks of this size "
-                                           "to match the workers' KV events"))
+        out += _frontend_block_size(b)
+    return out
+
+
+def _engine_kernels(e: Engine, plan: Plan) -> list[Finding]:
+    """One engine's flags against its release's kernels: the attention kernel's block size,
+    a --moe-backend that loads the experts (with a kernel for the all-to-all's batched
+    layout), and the all-to-all's environment across trays."""
+    out = []
+    facts, moe_model = _facts_of(plan, e), plan.model.moe
+    block = _int(e.flag("--block-size"), 0)
+    backend = e.flag("--attention-backend")
+    sizes = facts.kernel_block_sizes.get(backend) if backend else None
+    if sizes and block and not any(block % s == 0 for s in sizes.value):
+        out.append(Finding("engine-capability", e.file, e.line, e.where,
+                           f"--block-size a multiple of {backend}'s kernel block "
+                           f"size{'s' if len(sizes.value) > 1 else ''} {sizes.value}",
+                           f"--block-size {block}", "the attention kernels read KV in "
+                           f"pages of their block size ({sizes.source})"))
+    moe = e.flag("--moe-backend")
+    fmt = plan.model.expert_format
+    if moe and moe_model and facts.moe_backends and moe not in facts.moe_backends.value:
+        out.append(Finding("engine-capability", e.file, e.line, e.where,
+                           f"a --moe-backend that loads {fmt} experts "
+                           f"({', '.join(facts.moe_backends.value)})",
+                           f"--moe-backend {moe}", facts.moe_backends.source))
+    a2a = e.flag("--all2all-backend")
+    if moe and a2a and moe_model and a2a in facts.batched_layout.value and \
+            facts.moe_batched and moe not in facts.moe_batched.value:
+        out.append(Finding("engine-capability", e.file, e.line, e.where,
+                           f"a --moe-backend with a kernel for {a2a}'s batched "
+                           f"activations ({', '.join(facts.moe_batched.value)})",
+                           f"--moe-backend {moe}", facts.moe_batched.source))
+    need = facts.multi_node_nvlink_env.get(a2a) if a2a else None
+    if need and _on_nvl72(e, plan) and \
+            _spans_trays(e, plan):  # across HGX nodes the EP group is on RDMA
+        out += [Finding("engine-capability", e.file, e.line, e.where,
+                        f"{key}={value} for {a2a} across trays", f"{key}={e.env.get(key)}",
+                        need.source)
+                for key, value in need.value.items() if e.env.get(key) != value]
+    return out
+
+
+def _frontend_block_size(b: Bundle) -> list[Finding]:
+    """A Dynamo frontend hashes prompts in blocks of its --kv-cache-block-size, which must be
+    the workers' one --block-size."""
+    out = []
+    worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
+    for g in b.groups:
+        for c in g.spec.get("containers") or []:
+            words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+            if "dynamo.frontend" in words and worker_blocks:
+                given = _int(_after(words, "--kv-cache-block-size"), 0)
+                if given not in worker_blocks or len(worker_blocks) > 1:
+                    out.append(Finding("engine-capability", g.obj.file,
+                                       g.obj.line_at(g.path), g.where,
+                                       "--kv-cache-block-size equal to the workers' "
+                                       f"--block-size {sorted(worker_blocks)}",
+                                       f"--kv-cache-block-size {given or 'unset (16)'}",
+                                       "the router hashes prompts in blocks of this size "
+                                       "to match the workers' KV events"))
     return out
 
 

@@ -102,3 +102,23 @@ def test_only_resolve_reads_the_engine_catalog():
         if calls and name not in READS_ENGINES:
             found[name] = calls
     assert not found, f"read the engine catalog past compiler.resolve: {found}"
+
+
+# the passes that run before lowering: the solver and the perf model it prices layouts with
+EARLY = ("compiler/solve", "compiler/perf")
+LATER_PASSES = ("compiler.prediction", "compiler.predicted_plan", "compiler.lower",
+                "compiler.api", "compiler.deploy", "compiler.targets_registry")
+
+
+@pytest.mark.parametrize("path", sorted(p for d in EARLY for p in (ROOT / d).glob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_solver_and_perf_model_import_no_later_pass(path: Path):
+    later = {m for m in _imports(path)
+             if any(m == x or m.startswith(x + ".") for x in LATER_PASSES)}
+    assert not later, f"{path.relative_to(ROOT)} imports {sorted(later)}"
+
+
+def test_fleet_merge_reads_no_catalog():
+    """Each group's plan carries its system; merging the groups reads no input twice."""
+    path = ROOT / "compiler" / "fleet.py"
+    assert not {m for m in _imports(path) if m.split(".")[:2] == ["compiler", "catalog"]}
