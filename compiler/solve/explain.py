@@ -52,7 +52,7 @@ def unplaced(p: Problem, reasons: list[str]) -> CompileError:
     pos = src.locate(path)
     return CompileError([Diagnostic(
         "error", "E501", src.file, pos.line, pos.column, format_path(path),
-        "instances that fit their GPUs' memory domains and free aligned blocks (GPU placement)",
+        "instances that fit the free whole trays and aligned blocks (GPU placement)",
         reason, "add GPUs, free the unavailable ones, or pin smaller or fewer instances")
         for reason in reasons], exit_code=3)
 

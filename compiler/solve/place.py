@@ -18,7 +18,6 @@ from compiler.cpsat import cp_model
 from compiler.plan import DomainMemory
 from compiler.shapes import Shape
 from compiler.solve import racks
-from compiler.solve.memory_map import total_gib
 from compiler.solve.params import gap, solve
 from compiler.solve.problem import Domain, Problem
 
@@ -41,7 +40,6 @@ class Kind:
 
     role: str
     shape: Shape
-    need: DomainMemory
     count: int
 
 
@@ -81,7 +79,7 @@ def kinds(wanted: list[Wanted]) -> list[Kind]:
     out: dict[tuple[str, Shape], Kind] = {}
     for w in wanted:
         k = out.get((w.role, w.shape))
-        out[w.role, w.shape] = Kind(w.role, w.shape, w.need, (k.count if k else 0) + 1)
+        out[w.role, w.shape] = Kind(w.role, w.shape, (k.count if k else 0) + 1)
     return list(out.values())
 
 
@@ -147,15 +145,6 @@ def add_unavailable_unused(m: cp_model.CpModel, p: Problem, v: PlaceVars) -> Non
     for opts in v.options.values():
         for x, _, gpus in opts:
             if down.intersection(gpus):
-                m.add(x == 0)
-
-
-def add_domain_memory(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
-    """Every memory domain's weights + KV + Engram + pool + workspace within its capacity."""
-    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
-    for i, k in enumerate(ks):
-        if total_gib(k.need) > cap + 1e-6:
-            for x, _, _ in v.options[i]:
                 m.add(x == 0)
 
 
@@ -229,7 +218,6 @@ def _place_domain(p: Problem, ks: list[Kind]) -> tuple[dict[int, list[tuple[str,
     add_one_nvlink_domain(m, p, ks, v)
     add_gpu_exclusive(m, v)
     add_unavailable_unused(m, p, v)
-    add_domain_memory(m, p, ks, v)
     add_objective(m, p, ks, v)
     s, status, seconds = solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -257,21 +245,13 @@ def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
 
 
 def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
-    """Why no placement holds `wanted`, in the placement's own terms: a kind whose memory
-    need is over a memory domain (the rule `add_domain_memory` applies), or fewer free aligned
-    blocks or whole trays than the instances take (the capacity `racks.add_capacity` counts).
-    Empty when neither explains it."""
-    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
+    """Why no placement holds `wanted`, in the placement's own terms: fewer whole trays, or
+    free aligned blocks, than the instances take (the capacity `racks.add_capacity` counts).
+    Empty when neither explains it. (Memory is no reason here: a kind's need per memory domain
+    is its capacity by construction, compiler/solve/memory_map.py, and precheck keeps only
+    shapes whose budget holds one maximum-length request.)"""
     ks = kinds(wanted)
     out = []
-    for k in ks:
-        m, need = k.need, total_gib(k.need)
-        if need > cap + 1e-6:
-            out.append(f"{k.count} x {k.role} {k.shape.name} need {need:.1f} GiB in each memory "
-                       f"domain of their GPUs (weights {m.weights_gib:.1f}, Engram "
-                       f"{m.engram_gib:.1f}, pool {m.pool_gib:.1f}, workspace "
-                       f"{m.workspace_gib:.1f}, reserved {m.reserved_gib:.1f}, KV "
-                       f"{m.kv_gib:.1f}); a domain holds {cap:.1f}")
     down = racks.down_gpus(p)
     trays = [t for d in p.domains for t in d.trays]
     free = {d.id: sum(1 for t in d.trays if not down.intersection(p.gpus_of(t)))
@@ -302,7 +282,7 @@ def _signature(p: Problem, d: Domain, ks: list[Kind]) -> tuple:
     down = racks.down_gpus(p)
     gpus = [g for t in d.trays for g in p.gpus_of(t)]
     return (len(d.trays), tuple(g in down for g in gpus),
-            tuple((k.role, k.shape.name, k.need, k.count) for k in ks))
+            tuple((k.role, k.shape.name, k.count) for k in ks))
 
 
 def place(p: Problem, wanted: list[Wanted],
