@@ -60,8 +60,9 @@ def solve_problem(p: Problem) -> Solution:
         reasons = unplaceable(p, wanted)
         if reasons:
             raise unplaced(p, reasons)
+        # no deletion loop runs over the placement: every pin and unavailable entry, unshrunk
         keys = sorted(k for k in p.requirements if k.startswith(("pin:", "unavailable:")))
-        raise infeasible(p, keys, "GPU placement")
+        raise infeasible(p, keys, "GPU placement", shrunk=False)
     gpus, ids = list(placement.gpus), [None] * len(wanted)
     index = {(c.role, c.shape.name): c for c in p.candidates}
     for k in p.kept:

@@ -15,8 +15,10 @@ def _count_field(p: Problem) -> tuple[str, ...]:
     return ("spec", "system")
 
 
-def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
-    """Exit 3 with one diagnostic per conflicting requirement (sufficient, shrunk by deletion)."""
+def infeasible(p: Problem, keys: list[str], phase: str, shrunk: bool = True) -> CompileError:
+    """Exit 3 with one diagnostic per conflicting requirement. `shrunk`: the set is sufficient
+    and shrunk by deletion (compiler/solve/counts.py conflicting_requirements); else it is
+    every requirement that may take part, said to be not minimised."""
     if not keys:
         src = p.inputs.sources["hardware"]
         path = _count_field(p)
@@ -28,6 +30,8 @@ def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
             f"{gpus} GPUs that cannot hold both",
             "add trays or nodes, or serve a smaller model")], exit_code=3)
     texts = [p.requirements[k].text for k in keys]
+    conflict = ("these requirements conflict (a sufficient set, shrunk by deletion)" if shrunk
+                else "these requirements conflict together (not minimised: some may not take part)")
     reachable = _reachable(p, keys)
     out = []
     for k in keys:
@@ -39,7 +43,7 @@ def infeasible(p: Problem, keys: list[str], phase: str) -> CompileError:
         out.append(Diagnostic(
             "error", "E501", src.file, pos.line, pos.column, format_path(r.path),
             "requirements that can hold together", got,
-            "these requirements conflict (a sufficient set, shrunk by deletion); relax one"
+            conflict + "; relax one"
             + reachable.get(k, "")))
     return CompileError(out, exit_code=3)
 
@@ -52,7 +56,7 @@ def unplaced(p: Problem, reasons: list[str]) -> CompileError:
     pos = src.locate(path)
     return CompileError([Diagnostic(
         "error", "E501", src.file, pos.line, pos.column, format_path(path),
-        "instances that fit their GPUs' memory domains and free aligned blocks (GPU placement)",
+        "instances that fit the free whole trays and aligned blocks (GPU placement)",
         reason, "add GPUs, free the unavailable ones, or pin smaller or fewer instances")
         for reason in reasons], exit_code=3)
 

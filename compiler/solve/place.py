@@ -1,9 +1,10 @@
 """Phase 2 of the solve: which GPUs each instance takes (CP-SAT).
 
 Instances of one (role, shape) are interchangeable, so the model has no per-instance
-variables (no symmetry to break): a sub-tray type (DEP2, TP2, ...) takes aligned blocks of GPUs
-inside one tray; a whole-tray type (TP8 on 4-GPU trays, DEP16, ...) takes trays, a multiple of
-its trays-per-instance inside each NVLink domain (HGX: the RDMA cluster). Instances are cut from
+variables (no symmetry to break): a sub-tray type (DEP2, TP2, ...) takes free aligned blocks of
+GPUs inside one tray; a whole-tray type (TP8 on 4-GPU trays, DEP16, ...) takes trays usable
+whole, a multiple of its trays-per-instance inside each NVLink domain (HGX: the RDMA cluster).
+Both are `racks.free_blocks`, the blocks the count model counts. Instances are cut from
 the chosen blocks and trays afterwards, in GPU order. The objective keeps prefill and decode on
 separate trays where possible, then keeps each whole-tray type on contiguous runs of trays.
 
@@ -18,7 +19,6 @@ from compiler.cpsat import cp_model
 from compiler.plan import DomainMemory
 from compiler.shapes import Shape
 from compiler.solve import racks
-from compiler.solve.memory_map import total_gib
 from compiler.solve.params import gap, solve
 from compiler.solve.problem import Domain, Problem
 
@@ -41,7 +41,6 @@ class Kind:
 
     role: str
     shape: Shape
-    need: DomainMemory
     count: int
 
 
@@ -81,7 +80,7 @@ def kinds(wanted: list[Wanted]) -> list[Kind]:
     out: dict[tuple[str, Shape], Kind] = {}
     for w in wanted:
         k = out.get((w.role, w.shape))
-        out[w.role, w.shape] = Kind(w.role, w.shape, w.need, (k.count if k else 0) + 1)
+        out[w.role, w.shape] = Kind(w.role, w.shape, (k.count if k else 0) + 1)
     return list(out.values())
 
 
@@ -90,19 +89,18 @@ def _per_tray(p: Problem) -> int:
 
 
 def add_options(m: cp_model.CpModel, p: Problem, ks: list[Kind]) -> PlaceVars:
+    """A kind's options are the free aligned blocks of its size (a whole-tray kind: of a tray's
+    size, the trays usable whole): `racks.free_blocks`, the rule the count model counts, so no
+    option holds an unavailable GPU or one a kept instance holds."""
+    down = racks.down_gpus(p)
     opts: dict[int, list] = {}
     for i, k in enumerate(ks):
-        opts[i] = []
-        for d in p.domains:
-            for t in d.trays:
-                gpus = p.gpus_of(t)
-                if p.whole_trays(k.shape.gpus):
-                    opts[i].append((m.new_bool_var(f"tray[{i},{t}]"), t, tuple(gpus)))
-                    continue
-                size = k.shape.gpus
-                for b in range(0, len(gpus) - size + 1, size):
-                    opts[i].append((m.new_bool_var(f"block[{i},{t},{b}]"), t,
-                                    tuple(gpus[b:b + size])))
+        whole = p.whole_trays(k.shape.gpus)
+        size = _per_tray(p) if whole else k.shape.gpus
+        opts[i] = [(m.new_bool_var(f"{'tray' if whole else 'block'}[{i},{t},{gpus[0]}]"), t,
+                    gpus)
+                   for d in p.domains for t in d.trays
+                   for gpus in racks.free_blocks(p.gpus_of(t), down, size)]
     per_domain = {(i, d.id): m.new_int_var(0, len(d.trays), f"inst[{i},{d.id}]")
                   for i, k in enumerate(ks) if p.whole_trays(k.shape.gpus) for d in p.domains}
     return PlaceVars(opts, per_domain)
@@ -141,24 +139,6 @@ def add_gpu_exclusive(m: cp_model.CpModel, v: PlaceVars) -> None:
         m.add_at_most_one(covering[g])
 
 
-def add_unavailable_unused(m: cp_model.CpModel, p: Problem, v: PlaceVars) -> None:
-    """Unavailable GPUs, and those kept instances hold, stay out of new instances."""
-    down = racks.down_gpus(p)
-    for opts in v.options.values():
-        for x, _, gpus in opts:
-            if down.intersection(gpus):
-                m.add(x == 0)
-
-
-def add_domain_memory(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
-    """Every memory domain's weights + KV + Engram + pool + workspace within its capacity."""
-    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
-    for i, k in enumerate(ks):
-        if total_gib(k.need) > cap + 1e-6:
-            for x, _, _ in v.options[i]:
-                m.add(x == 0)
-
-
 def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars) -> None:
     """Fewest trays shared by prefill and decode, then fewest runs of trays per whole-tray kind,
     then fewest trays in use (sub-tray instances packed together).
@@ -188,11 +168,12 @@ def add_objective(m: cp_model.CpModel, p: Problem, ks: list[Kind], v: PlaceVars)
     runs = []
     for i, k in enumerate(ks):
         if p.whole_trays(k.shape.gpus):
-            on = {t: x for x, t, _ in v.options[i]}
+            on = {t: x for x, t, _ in v.options[i]}  # the trays usable whole
             for a, b in zip([None, *trays], trays, strict=False):
-                start = m.new_bool_var(f"run[{i},{b}]")
-                m.add(start >= on[b] - (on[a] if a is not None else 0))
-                runs.append(start)
+                if b in on:
+                    start = m.new_bool_var(f"run[{i},{b}]")
+                    m.add(start >= on[b] - on.get(a, 0))
+                    runs.append(start)
     used = sum(f for flags in flags_of.values() for f in flags)  # pack sub-tray instances
     m.minimize(MIXED_TRAY_COST * sum(mixed) + RUN_COST * sum(runs) + used)
 
@@ -228,8 +209,6 @@ def _place_domain(p: Problem, ks: list[Kind]) -> tuple[dict[int, list[tuple[str,
     add_shape_on_trays(m, p, ks, v)
     add_one_nvlink_domain(m, p, ks, v)
     add_gpu_exclusive(m, v)
-    add_unavailable_unused(m, p, v)
-    add_domain_memory(m, p, ks, v)
     add_objective(m, p, ks, v)
     s, status, seconds = solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -250,34 +229,23 @@ def assign(p: Problem, ks: list[Kind]) -> dict[str, dict[int, int]] | None:
     s, status, _ = solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    try:
-        return racks.split(p, items, [k.count for k in ks], cap, s)
-    except ValueError:
-        return None
+    return racks.split(p, items, [k.count for k in ks], cap, s)
 
 
 def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
-    """Why no placement holds `wanted`, in the placement's own terms: a kind whose memory
-    need is over a memory domain (the rule `add_domain_memory` applies), or fewer free aligned
-    blocks or whole trays than the instances take (the capacity `racks.add_capacity` counts).
-    Empty when neither explains it."""
-    cap = p.hbm_gib / p.inputs.system.domains_per_gpu
+    """Why no placement holds `wanted`, in the placement's own terms: fewer whole trays, or
+    free aligned blocks (`racks.free_blocks`), than the instances take. Empty when neither
+    explains it. (Memory is no reason here: a kind's need per memory domain is its capacity
+    by construction, compiler/solve/memory_map.py, and precheck keeps only shapes whose
+    budget holds one maximum-length request.)"""
     ks = kinds(wanted)
-    out = []
-    for k in ks:
-        m, need = k.need, total_gib(k.need)
-        if need > cap + 1e-6:
-            out.append(f"{k.count} x {k.role} {k.shape.name} need {need:.1f} GiB in each memory "
-                       f"domain of their GPUs (weights {m.weights_gib:.1f}, Engram "
-                       f"{m.engram_gib:.1f}, pool {m.pool_gib:.1f}, workspace "
-                       f"{m.workspace_gib:.1f}, reserved {m.reserved_gib:.1f}, KV "
-                       f"{m.kv_gib:.1f}); a domain holds {cap:.1f}")
-    down = racks.down_gpus(p)
+    down, per = racks.down_gpus(p), _per_tray(p)
     trays = [t for d in p.domains for t in d.trays]
-    free = {d.id: sum(1 for t in d.trays if not down.intersection(p.gpus_of(t)))
+    free = {d.id: sum(len(racks.free_blocks(p.gpus_of(t), down, per)) for t in d.trays)
             for d in p.domains}
     free_trays = sum(free.values())
     whole = sum(k.count * p.whole_trays(k.shape.gpus) for k in ks)
+    out = []
     if whole > free_trays:
         out.append(f"whole-tray instances take {whole} trays with no GPU down or taken; "
                    f"{free_trays} of {len(trays)} are")
@@ -289,8 +257,8 @@ def unplaceable(p: Problem, wanted: list[Wanted]) -> list[str]:
     sub = [k for k in ks if not p.whole_trays(k.shape.gpus)]
     for size in sorted({k.shape.gpus for k in sub}):
         blocks = sum(k.count * k.shape.gpus // size for k in sub if k.shape.gpus >= size)
-        have = sum(racks.aligned_blocks_free(p.gpus_of(t), down, size) for t in trays) \
-            - whole * (_per_tray(p) // size)
+        have = sum(len(racks.free_blocks(p.gpus_of(t), down, size)) for t in trays) \
+            - whole * (per // size)
         if blocks > have:
             out.append(f"instances of {size}+ GPUs inside a tray take {blocks} aligned blocks "
                        f"of {size} free GPUs; the trays left have {max(0, have)}")
@@ -302,7 +270,7 @@ def _signature(p: Problem, d: Domain, ks: list[Kind]) -> tuple:
     down = racks.down_gpus(p)
     gpus = [g for t in d.trays for g in p.gpus_of(t)]
     return (len(d.trays), tuple(g in down for g in gpus),
-            tuple((k.role, k.shape.name, k.need, k.count) for k in ks))
+            tuple((k.role, k.shape.name, k.count) for k in ks))
 
 
 def place(p: Problem, wanted: list[Wanted],

@@ -10,6 +10,10 @@ Sub-tray instances fill what is left (whole free trays, and the aligned free blo
 available trays), summed over the fleet: they live inside one tray, hence one domain. For each
 sub-tray size s, the instances of s GPUs or more fit the free aligned s-blocks (one instance of
 g >= s GPUs covers g / s of them).
+
+The free aligned blocks of a tray (`free_blocks`) are the one capacity rule: the count model
+counts them, the per-rack split (`split`) fills them first-fit, and placement
+(compiler/solve/place.py) chooses among them.
 """
 
 import functools
@@ -44,11 +48,13 @@ def down_gpus(p: Problem) -> set[str]:
     return down | p.occupied
 
 
-def aligned_blocks_free(gpus: Sequence[str], down: set[str], size: int) -> int:
-    """Aligned blocks of `size` GPUs of a tray with none of them down (a sub-tray instance
-    takes one such block: compiler/solve/place.py)."""
-    return sum(1 for k in range(0, len(gpus) - size + 1, size)
-               if not down.intersection(gpus[k:k + size]))
+def free_blocks(gpus: Sequence[str], down: set[str], size: int) -> list[tuple[str, ...]]:
+    """The aligned blocks of `size` GPUs of a tray (`gpus`, in order) with none of them down:
+    a sub-tray instance of `size` GPUs takes one; at the tray's size, the tray itself when it
+    is usable whole. The one capacity rule of the count model (`add_capacity`), the per-rack
+    split (`split`) and placement (compiler/solve/place.py `add_options`, `unplaceable`)."""
+    return [tuple(gpus[k:k + size]) for k in range(0, len(gpus) - size + 1, size)
+            if down.isdisjoint(gpus[k:k + size])]
 
 
 def touched(p: Problem, d: Domain, down: set[str]) -> bool:
@@ -70,68 +76,130 @@ def patterns(trays: int, sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+@dataclass
+class _Room:
+    """What add_capacity gathers: per whole-tray item the instances each class or rack holds,
+    per sub-tray size the aligned blocks of that size left for sub-tray instances."""
+
+    items: Sequence[Item]
+    whole: list[int]  # indices of whole-tray items
+    placed: dict[int, list]  # whole item -> its instances, per class and rack
+    sub: dict[int, list]  # sub-tray size -> GPUs in free blocks of that size, per class and rack
+
+
 def add_capacity(m: cp_model.CpModel, p: Problem, items: Sequence[Item],
                  counts: Sequence[cp_model.LinearExprT],
                  tray_free: dict[str, cp_model.LinearExprT]) -> Capacity:
     """counts[j] instances of items[j] fit the domains. `tray_free[t]` (a literal) says whether
     tray t of a touched rack is whole-tray usable; trays missing from it are free."""
     down = down_gpus(p)
-    per = p.domains[0].gpus_per_tray
     whole = [j for j, it in enumerate(items) if it.trays]
-    sizes = [items[j].trays for j in whole]
-    classes: dict[int, list[Domain]] = {}
-    direct_domains = []
+    sub = [j for j, it in enumerate(items) if not it.trays]
+    room = _Room(items, whole, {j: [] for j in whole},
+                 {size: [] for size in sorted({items[j].gpus for j in sub})})
+    classes, direct = _classes(p, down, tuple(items[j].trays for j in whole))
+    cap = Capacity(whole, [], {})
+    for doms, pats in classes:
+        cap.patterns.append((doms, _add_class(m, room, doms, pats)))
+    for d in direct:
+        cap.direct[d.id] = _add_rack(m, p, room, d, tray_free, down)
+    for j in whole:
+        m.add(counts[j] == sum(room.placed[j]))
+    for size, terms in room.sub.items():
+        m.add(sum(counts[j] * items[j].gpus for j in sub if items[j].gpus >= size)
+              <= sum(terms))
+    return cap
+
+
+def _classes(p: Problem, down: set[str], sizes: tuple[int, ...]
+             ) -> tuple[list[tuple[tuple[Domain, ...], tuple[tuple[int, ...], ...]]],
+                        list[Domain]]:
+    """The classes of identical untouched racks counted by pattern (with their patterns), and
+    the racks counted directly (touched ones, a class of one, a class with too many patterns),
+    in domain order."""
+    by_size: dict[int, list[Domain]] = {}
+    direct = []
     for d in p.domains:
         if touched(p, d, down):
-            direct_domains.append(d)
+            direct.append(d)
         else:
-            classes.setdefault(len(d.trays), []).append(d)
-    cap = Capacity(whole, [], {})
-    placed = {j: [] for j in whole}
-    sub = [j for j, it in enumerate(items) if not it.trays]
-    sizes_sub = sorted({items[j].gpus for j in sub})
-    sub_room: dict[int, list] = {size: [] for size in sizes_sub}
-    for ntrays, doms in sorted(classes.items()):
-        pats = () if len(doms) == 1 else patterns(ntrays, tuple(sizes))
+            by_size.setdefault(len(d.trays), []).append(d)
+    classes = []
+    for ntrays, doms in sorted(by_size.items()):
+        pats = () if len(doms) == 1 else patterns(ntrays, sizes)
         if len(doms) == 1 or len(pats) > MAX_PATTERNS:
-            direct_domains += doms
-            continue
-        ys = [(a, m.new_int_var(0, len(doms), f"racks[{doms[0].id},{k}]"))
-              for k, a in enumerate(pats)]
-        m.add(sum(y for _, y in ys) == len(doms))
-        for col, j in enumerate(whole):
-            placed[j] += [a[col] * y for a, y in ys if a[col]]
-        for size in sizes_sub:
-            sub_room[size] += [per * (ntrays - sum(x * s for x, s in zip(a, sizes, strict=True)))
-                               * y for a, y in ys]
-        cap.patterns.append((tuple(doms), ys))
-    for d in sorted(direct_domains, key=lambda d: p.domains.index(d)):
-        free = [tray_free.get(t, 1) for t in d.trays]
-        here = {j: m.new_int_var(0, len(d.trays) // items[j].trays, f"w[{j},{d.id}]")
-                for j in whole}
-        used = sum(here[j] * items[j].trays for j in whole)
-        m.add(used <= sum(free))
-        for j in whole:
-            placed[j].append(here[j])
-        for size in sizes_sub:
-            partial = [(1 - f) * size * aligned_blocks_free(p.gpus_of(t), down, size)
-                       for t, f in zip(d.trays, free, strict=True) if t in tray_free]
-            sub_room[size].append(per * (sum(free) - used) + sum(partial))
-        cap.direct[d.id] = here
-    for j in whole:
-        m.add(counts[j] == sum(placed[j]))
-    for size in sizes_sub:
-        m.add(sum(counts[j] * items[j].gpus for j in sub if items[j].gpus >= size)
-              <= sum(sub_room[size]))
-    return cap
+            direct += doms
+        else:
+            classes.append((tuple(doms), pats))
+    return classes, sorted(direct, key=p.domains.index)
+
+
+def _add_class(m: cp_model.CpModel, room: _Room, doms: tuple[Domain, ...],
+               pats: tuple[tuple[int, ...], ...]) -> list[tuple[tuple[int, ...], cp_model.IntVar]]:
+    """How many racks of the class use each pattern; what is left of their trays (free, so
+    every aligned block of each size) holds sub-tray instances."""
+    ntrays, per = len(doms[0].trays), doms[0].gpus_per_tray
+    sizes = [room.items[j].trays for j in room.whole]
+    ys = [(a, m.new_int_var(0, len(doms), f"racks[{doms[0].id},{k}]"))
+          for k, a in enumerate(pats)]
+    m.add(sum(y for _, y in ys) == len(doms))
+    for col, j in enumerate(room.whole):
+        room.placed[j] += [a[col] * y for a, y in ys if a[col]]
+    for terms in room.sub.values():
+        terms += [per * (ntrays - sum(x * s for x, s in zip(a, sizes, strict=True))) * y
+                  for a, y in ys]
+    return ys
+
+
+def _add_rack(m: cp_model.CpModel, p: Problem, room: _Room, d: Domain,
+              tray_free: dict[str, cp_model.LinearExprT], down: set[str]
+              ) -> dict[int, cp_model.IntVar]:
+    """Whole-tray instances of one rack counted directly, on its trays usable whole; sub-tray
+    ones also take the free aligned blocks of its trays that are not (`free_blocks`)."""
+    items, per = room.items, d.gpus_per_tray
+    free = [tray_free.get(t, 1) for t in d.trays]
+    here = {j: m.new_int_var(0, len(d.trays) // items[j].trays, f"w[{j},{d.id}]")
+            for j in room.whole}
+    used = sum(here[j] * items[j].trays for j in room.whole)
+    m.add(used <= sum(free))
+    for j in room.whole:
+        room.placed[j].append(here[j])
+    for size, terms in room.sub.items():
+        partial = [(1 - f) * size * len(free_blocks(p.gpus_of(t), down, size))
+                   for t, f in zip(d.trays, free, strict=True) if t in tray_free]
+        terms.append(per * (sum(free) - used) + sum(partial))
+    return here
 
 
 def split(p: Problem, items: Sequence[Item], totals: Sequence[int], cap: Capacity,
           s: cp_model.CpSolver) -> dict[str, dict[int, int]]:
     """Instances per domain after a solve: whole-tray ones as the solver chose (the racks of a
-    class take its patterns in order), sub-tray ones filling what is left, domain by domain."""
-    down = down_gpus(p)
-    per = p.domains[0].gpus_per_tray
+    class take its patterns in order), sub-tray ones filling what is left, domain by domain,
+    largest first, each in the first free aligned block (`free_blocks`, as placement takes
+    them). The count model holds exactly this room, so a sub-tray instance left without it is
+    a bug in rackc, not an infeasible deployment: RuntimeError."""
+    out = _whole_split(p, cap, s)
+    taken = down_gpus(p)
+    trays = {d.id: _trays_left(p, d, items, out[d.id], taken) for d in p.domains}
+    sub = sorted((j for j, it in enumerate(items) if not it.trays),
+                 key=lambda j: (-items[j].gpus, j))
+    for j in sub:
+        need, size = totals[j], items[j].gpus
+        for d in p.domains:
+            for t in trays[d.id]:
+                for block in free_blocks(p.gpus_of(t), taken, size)[:need]:
+                    taken.update(block)
+                    out[d.id][j] = out[d.id].get(j, 0) + 1
+                    need -= 1
+        if need:
+            raise RuntimeError(f"the count model holds {totals[j]} instances of {size} GPUs "
+                               f"inside a tray, the per-rack split finds room for "
+                               f"{totals[j] - need}: the two disagree (a bug in rackc)")
+    return out
+
+
+def _whole_split(p: Problem, cap: Capacity, s: cp_model.CpSolver) -> dict[str, dict[int, int]]:
+    """Whole-tray instances per domain as the solver chose them."""
     out: dict[str, dict[int, int]] = {d.id: {} for d in p.domains}
     for doms, ys in cap.patterns:
         racks = iter(doms)
@@ -141,28 +209,13 @@ def split(p: Problem, items: Sequence[Item], totals: Sequence[int], cap: Capacit
                 out[d.id] = {j: x for j, x in zip(cap.whole, a, strict=True) if x}
     for dom, here in cap.direct.items():
         out[dom] = {j: int(s.value(x)) for j, x in here.items() if s.value(x)}
-    # each domain's room for sub-tray instances: its free trays that whole-tray instances
-    # left, and the free GPUs of its partly available trays; filled largest first, each
-    # instance in the first aligned block that is free (as compiler/solve/place.py takes them)
-    room: dict[str, list[list[bool]]] = {}
-    for d in p.domains:
-        full = [t for t in d.trays if not down.intersection(p.gpus_of(t))]
-        whole = sum(items[j].trays * n for j, n in out[d.id].items())
-        trays = [[True] * per for _ in full[whole:]]
-        trays += [[g not in down for g in p.gpus_of(t)] for t in d.trays
-                  if down.intersection(p.gpus_of(t))]
-        room[d.id] = trays
-    sub = sorted((j for j, it in enumerate(items) if not it.trays),
-                 key=lambda j: (-items[j].gpus, j))
-    for j in sub:
-        need, size = totals[j], items[j].gpus
-        for d in p.domains:
-            for tray in room[d.id]:
-                for k in range(0, len(tray) - size + 1, size):
-                    if need and all(tray[k:k + size]):
-                        tray[k:k + size] = [False] * size
-                        out[d.id][j] = out[d.id].get(j, 0) + 1
-                        need -= 1
-        if need:
-            raise ValueError(f"sub-tray item {j}: {need} instances left without room")
     return out
+
+
+def _trays_left(p: Problem, d: Domain, items: Sequence[Item], whole: dict[int, int],
+                down: set[str]) -> list[str]:
+    """A domain's trays for sub-tray instances: the trays usable whole that its whole-tray
+    instances leave (they take the first), then its partly available ones."""
+    usable = [t for t in d.trays if free_blocks(p.gpus_of(t), down, d.gpus_per_tray)]
+    taken = sum(items[j].trays * n for j, n in whole.items())
+    return usable[taken:] + [t for t in d.trays if t not in usable]

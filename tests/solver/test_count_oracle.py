@@ -27,18 +27,17 @@ micro-requests per second, rounded down, at least 1 (problem.py SCALE, scaled_su
 docstring): the goodput is compared in requests/s within that rounding, and in those units
 exactly.
 
-Where the count model is deliberately not placement, the oracle is the same model:
+Memory is neither phase's rule: precheck keeps only shapes whose budget holds a request
+(E301, E302) and a kind's need per memory domain is the domain's capacity by construction
+(docs/constraints.md, "Rules of the CP-SAT models"), so the oracle counts GPUs and never memory.
 
-* it is a relaxation: memory domains are placement's alone (docs/constraints.md, E501: "where
-  the counts hold but the GPUs cannot, the placement's own reasons: a kind over a memory
-  domain, ..."; the rule `place.add_domain_memory` is placement's), so the oracle counts
-  GPUs and never memory;
-* the other way round (stricter, and only for explanations): while an explanation relaxes an
-  `unavailable` entry, a tray another (active) entry touches keeps every entry's GPUs out of
-  its sub-tray blocks ("aligned blocks of partly available trays count conservatively: every
-  unavailable entry active", constraints.add_gpu_capacity's docstring; docs/constraints.md
-  does not say it); a tray only relaxed entries touch is whole again. With every requirement
-  active (the counts themselves) this is exact.
+Where the count model deliberately differs from placement, the oracle follows the count model.
+It is stricter there, and only for explanations: while an explanation relaxes an `unavailable`
+entry, a tray another (active) entry touches keeps every entry's GPUs out of its sub-tray
+blocks ("aligned blocks of partly available trays count conservatively: every unavailable entry
+active", constraints.add_gpu_capacity's docstring; docs/constraints.md does not say it); a tray
+only relaxed entries touch is whole again. With every requirement active (the counts
+themselves) this is exact.
 
 Hypothesis draws the hardware, the SLO, up to two candidates per role with their supplies
 (own, missed, below a micro-request, small), unavailable trays and GPUs, pins and a kept
