@@ -7,9 +7,10 @@ schema (48 record types and the plan's self-consistency check), the one door the
 and the validator read.
 """
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
@@ -632,6 +633,15 @@ class Plan(Frozen):
     def pod_size(self, instance_id: str) -> PodSize:
         return next(p for p in self.site.pods if p.instance == instance_id)
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+                   ) -> Self:
+        """A copy without this plan's indexed lookups: pydantic copies them with the fields, and
+        a copy with other instances, trays or shards would answer from the old ones."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _LOOKUPS:
+            copy.__dict__.pop(name, None)
+        return copy
+
     # lookups, indexed once per plan so that targets stay linear in its size
     @property
     def fleet(self) -> list[Hardware]:
@@ -729,6 +739,9 @@ class Plan(Frozen):
         for s in self.engram_shards:
             out.setdefault(gpu_of_domain(s.domain), set()).add(s.group)
         return out
+
+
+_LOOKUPS = tuple(n for n, v in vars(Plan).items() if isinstance(v, cached_property))
 
 
 def dump_plan(plan: Plan) -> str:

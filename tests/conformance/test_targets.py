@@ -18,7 +18,7 @@ pytestmark = pytest.mark.conformance
 
 CASES = sorted(ALL_CASES)
 
-# The HF model types of the fixture models; V4.1's config nests the text model.
+# The HF model types of the cases' models; V4.1's config nests the text model.
 MODEL_TYPES = {"deepseek-v3": ("deepseek_v3", False), "deepseek-v4.1-flash": ("deepseek_v41", True)}
 # Which layers carry Engram tables is not in the catalog; vLLM only needs some to accept
 # --engram-config (a model without them is refused).

@@ -2,8 +2,8 @@
 
 A missing, extra or different file fails with a unified diff. `pytest --update-goldens`
 rewrites the case's target folder from the current output and still fails, so a rewrite is
-always a deliberate, reviewed step. The cases are the fixture plans until compiled examples
-join them.
+always a deliberate, reviewed step. The cases are the compiled examples (the fleet-sized ones
+are summarised instead: tests/compile/test_golden_fleet.py).
 """
 
 import difflib
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from targets import TARGETS
-from tests.targets.fixtures import GOLDEN_CASES
+from tests.targets.fixtures import EXAMPLE_CASES, FLEET_EXAMPLES
 
 pytestmark = pytest.mark.golden
 
@@ -62,10 +62,10 @@ def check_golden(folder: Path, actual: dict[str, str], update_goldens: bool) -> 
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+@pytest.mark.parametrize("case", sorted(EXAMPLE_CASES))
 def test_golden(case, target, update_goldens):
     folder = GOLDEN / case / target
-    actual = TARGETS[target](GOLDEN_CASES[case]())
+    actual = TARGETS[target](EXAMPLE_CASES[case]())
     check_golden(folder, actual, update_goldens)
 
 
@@ -73,9 +73,7 @@ def produced_folders() -> set[str]:
     """Every `<case>/<folder>` some golden test writes: the targets of each case, the plan and
     report of each compiled example (tests/compile/test_golden_plan.py), the summary of each
     fleet-sized example (tests/compile/test_golden_fleet.py)."""
-    from tests.targets.fixtures import EXAMPLE_CASES, FLEET_EXAMPLES
-
-    return ({f"{c}/{t}" for c in GOLDEN_CASES for t in TARGETS}
+    return ({f"{c}/{t}" for c in EXAMPLE_CASES for t in TARGETS}
             | {f"{c}/{t}" for c in EXAMPLE_CASES for t in ("plan", "report")}
             | {f"{c}/summary" for c in FLEET_EXAMPLES})
 

@@ -85,11 +85,13 @@ def _tcp(plan: Plan) -> Plan:
     return plan.model_copy(update={"site": plan.site.model_copy(update={"rdma": rdma})})
 
 
-CASES = ["fixture-vr-nvl72-site", "fixture-vr-nvl72-tp8", "fixture-hgx-h200",
+# DEP decode over trays (DP RPC); every site input, two prefill instances a tray, TP8 decode
+# over two trays (torch distributed); one node each; a pipelined prefill without the pool
+CASES = ["vr-nvl72-deepseek-v4.1-flash", "vr-nvl72-pinned-site", "hgx-h200-deepseek-v3",
          "hgx-h200-x4-deepseek-v3-128k-pp"]
 
 
-@pytest.fixture(scope="module", params=[*CASES, "tcp:fixture-hgx-h200"])
+@pytest.fixture(scope="module", params=[*CASES, "tcp:hgx-h200-deepseek-v3"])
 def bundle(request):
     name = request.param
     plan = case_plan(name.removeprefix("tcp:"))

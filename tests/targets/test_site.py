@@ -8,29 +8,22 @@ from collections import Counter
 import pytest
 
 from compiler import catalog, site
-from compiler.plan import Plan
 from schemas.site import Site
 from tests.targets import emitted
-from tests.targets.fixtures import ALL_CASES, POOL_CASES, host_reserve
+from tests.targets.fixtures import ALL_CASES, POOL_CASES, compiled_with_site
 
 CASES = sorted(ALL_CASES)
 # Dynamo refuses the pipelined P/D example (S3-02): no DGD to look at there.
 DGD_CASES = [c for c in CASES if c != "hgx-h200-x4-deepseek-v3-128k-pp"]
 BUNDLES = ("k8s", "lws")
 GIB = 1024**3
+VR = "vr-nvl72-deepseek-v4.1-flash"  # the default site but for the images of vLLM and router
+# the site inputs the examples leave out; two DEP2 prefill instances a tray; TP8 decode over two
+# trays
+PINNED = "vr-nvl72-pinned-site"
 
 
 plan_of, files = emitted.case_plan, emitted.case_files
-
-
-def with_site(plan: Plan, cfg: Site) -> Plan:
-    """The plan re-lowered with other site inputs."""
-    capacity = next(iter(plan.host_memory.values())).capacity_gib
-    new = site.lower_site(cfg, catalog.model(plan.model.name).spec, plan.fleet[0],
-                          plan.instances, plan.kv_pool, host_reserve(capacity),
-                          plan.serving.vllm_version, None, catalog.engines(),
-                          expert_format=plan.model.expert_format if plan.model.moe else None)
-    return plan.model_copy(update={"site": new})
 
 
 def dgd_components(out: dict[str, str]) -> list[dict]:
@@ -86,13 +79,11 @@ def test_defect_1_dynamo_components_run_the_dynamo_runtime(case):
 
 
 def test_runtime_version_override_only_when_the_tag_is_not_the_dynamo_version():
-    plan = plan_of("fixture-vr-nvl72")
-    assert all("runtimeVersionOverride" not in c
-               for c in dgd_components(files("fixture-vr-nvl72")))
-    custom = with_site(plan, Site.model_validate(
-        {"images": {"dynamo": "registry.example.com/dynamo-vllm:0.33.0-dyn1.6.1"}}))
-    components = dgd_components(emitted.emit_all(custom))
-    assert {c.get("runtimeVersionOverride") for c in components} == {"1.6.1"}
+    assert plan_of(VR).site.images.dynamo == Site().images.dynamo
+    assert all("runtimeVersionOverride" not in c for c in dgd_components(files(VR)))
+    custom = plan_of(PINNED).site.images
+    assert custom.dynamo.rpartition(":")[2] != "1.6.1" == custom.runtime_version_override
+    assert {c.get("runtimeVersionOverride") for c in dgd_components(files(PINNED))} == {"1.6.1"}
 
 
 # --- 2: at most one pod per node claims the ComputeDomain channel ------------------------------
@@ -165,9 +156,8 @@ def test_defect_11_kv_transfer_uses_rdma_transports(case):
         assert "rc" in tls and "tcp" not in tls
 
 
-def test_tcp_only_when_the_site_chooses_it():
-    plan = with_site(plan_of("fixture-vr-nvl72"), Site.model_validate(
-        {"rdma": {"transport": "tcp"}}))
+def test_tcp_only_when_the_site_chooses_it(tmp_path):
+    plan = compiled_with_site(PINNED, {"rdma": {"transport": "tcp"}}, tmp_path)
     out = emitted.emit_all(plan)
     for template in engine_templates(out, "k8s"):
         main = main_of(template)
@@ -179,9 +169,8 @@ def test_tcp_only_when_the_site_chooses_it():
 
 
 def test_hca_names_become_mooncake_devices_and_ucx_net_devices():
-    plan = with_site(plan_of("fixture-vr-nvl72"), Site.model_validate(
-        {"rdma": {"resource": "nvidia.com/cx9_rdma", "hca_names": ["mlx5_0", "mlx5_1"]}}))
-    out = emitted.emit_all(plan)
+    rdma, out = plan_of(PINNED).site.rdma, files(PINNED)
+    assert (rdma.resource, rdma.hca_names) == ("nvidia.com/cx9_rdma", ["mlx5_0", "mlx5_1"])
     assert {json.loads(t)["device_name"] for p, t in out.items()
             if p.startswith("mooncake/clients/")} == {"mlx5_0,mlx5_1"}
     main = main_of(engine_templates(out, "k8s")[0])
@@ -218,9 +207,8 @@ def test_defect_8_engines_read_the_checkpoint_from_a_cache_within_their_timeout(
 
 
 def test_a_pvc_cache_is_shared_and_read_by_every_pod():
-    plan = with_site(plan_of("fixture-vr-nvl72"), Site.model_validate(
-        {"model_cache": {"pvc": "models"}}))
-    out = emitted.emit_all(plan)
+    plan, out = plan_of(PINNED), files(PINNED)
+    assert plan.site.model_cache.kind == "pvc"
     for template in engine_templates(out, "k8s"):
         [volume] = [v for v in template["spec"]["volumes"] if v["name"] == "model-cache"]
         assert volume["persistentVolumeClaim"]["claimName"] == "models"
@@ -243,9 +231,9 @@ def test_defect_9_21_no_guessed_gfd_labels_and_pods_pinned_by_node_name(case):
                 assert rule["key"] == "metadata.name" and len(rule["values"]) == 1
 
 
-def test_hostname_label_only_when_the_site_says_hostnames_equal_node_names():
-    plan = with_site(plan_of("fixture-vr-nvl72"), Site.model_validate(
-        {"scheduling": {"hostnames_equal_node_names": True}}))
+def test_hostname_label_only_when_the_site_says_hostnames_equal_node_names(tmp_path):
+    plan = compiled_with_site(PINNED, {"scheduling": {"hostnames_equal_node_names": True}},
+                              tmp_path)
     template = engine_templates(emitted.emit_all(plan), "k8s")[0]
     [term] = template["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -275,7 +263,7 @@ def test_defect_10_instances_on_one_host_bind_distinct_ports(case):
                 ports[(flag, int(s.flag(flag)))] += 1
     for tray, ports in bound.items():
         assert all(n == 1 for n in ports.values()), (tray, ports)
-    if case == "fixture-vr-nvl72":  # two DEP2 instances per tray: the case it guards
+    if case == PINNED:  # two DEP2 instances per tray: the case it guards
         assert max(Counter(t for i in plan.instances for t in i.trays).values()) == 2
 
 
@@ -357,9 +345,8 @@ def test_defect_16_lws_leaders_have_a_service_and_probes(case):
 
 
 def test_lws_fronts_pd_engines_with_vllm_router_when_given_its_image():
-    plan = with_site(plan_of("fixture-vr-nvl72"), Site.model_validate(
-        {"images": {"router": "registry.example.com/vllm-router:0.1.17"}}))
-    docs = emitted.documents(emitted.emit_all(plan), "lws")
+    assert plan_of(VR).site.images.router
+    docs = emitted.documents(files(VR), "lws")
     [router] = [d for d in emitted.of_kind(docs, "Deployment") if "router" in
                 d["metadata"]["name"]]
     args = router["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -367,7 +354,7 @@ def test_lws_fronts_pd_engines_with_vllm_router_when_given_its_image():
     prefill = args[args.index("--prefill-selector") + 2]
     assert prefill == "rackc.dev/serves=prefill"
     served = {t["metadata"]["labels"].get("rackc.dev/serves") for t in pod_templates(
-        emitted.emit_all(plan), "lws") if "nvidia.com/gpu" in main_of(t)[
+        files(VR), "lws") if "nvidia.com/gpu" in main_of(t)[
         "resources"]["limits"]}
     assert served == {"prefill", "decode", None}  # None: headless decode workers
     assert emitted.of_kind(docs, "Role") and emitted.of_kind(docs, "RoleBinding")
@@ -375,29 +362,32 @@ def test_lws_fronts_pd_engines_with_vllm_router_when_given_its_image():
 
 @pytest.mark.parametrize("case", CASES)
 def test_defect_18_gpu_pods_tolerate_the_gpu_taint(case):
+    site_tolerations = [{k: v for k, v in t.model_dump().items() if v is not None}
+                        for t in plan_of(case).site.tolerations]
     for folder in BUNDLES:
         for template in engine_templates(files(case), folder):
             assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
                 template["spec"]["tolerations"]
+            assert template["spec"]["tolerations"] == site_tolerations
+    if case == PINNED:  # the site's own taints besides the GPU operator's
+        assert {"key": "dedicated", "operator": "Equal", "value": "llm",
+                "effect": "NoExecute"} in site_tolerations
 
 
 def test_priority_class_reaches_every_pod():
-    plan = with_site(plan_of("hgx-h200-deepseek-v3"), Site.model_validate(
-        {"scheduling": {"priority_class": "inference"}}))
-    out = emitted.emit_all(plan)
+    assert plan_of(PINNED).site.priority_class == "inference"
     for folder in (*BUNDLES, "mooncake"):
-        for template in pod_templates(out, folder):
+        for template in pod_templates(files(PINNED), folder):
             assert template["spec"]["priorityClassName"] == "inference"
 
 
 # --- 19: secrets ---------------------------------------------------------------------------------
 
 def test_defect_19_a_named_token_secret_is_referenced_by_key():
-    plan = with_site(plan_of("fixture-hgx-h200"), Site.model_validate(
-        {"secrets": {"hf_token": "hf"}}))
-    for template in engine_templates(emitted.emit_all(plan), "k8s"):
+    assert plan_of(PINNED).site.hf_token_secret == "hf-token"
+    for template in engine_templates(files(PINNED), "k8s"):
         token = env_of(main_of(template))["HF_TOKEN"]
-        assert token["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "HF_TOKEN"}
+        assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
 
 
 # --- 20, 21: parsers and the router's flags ------------------------------------------------------
@@ -425,7 +415,7 @@ def test_defect_21_no_deprecated_router_flag_at_its_default(case):
         assert frontend["podTemplate"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
 
 
-@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("fixture")))
+@pytest.mark.parametrize("case", CASES)
 def test_memory_requests_of_a_tray_fit_its_allocatable(case):
     """Compiled plans: the pool segment takes what the pods leave, so they fit what the
     scheduler allocates (the tray's DRAM less the site's node reserve)."""

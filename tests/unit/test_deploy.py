@@ -7,7 +7,10 @@ import pytest
 from compiler import deploy, ports
 from compiler.plan import dump_plan, load_plan
 from schemas.diagnostics import CompileError
-from tests.targets.fixtures import hgx_h200_plan, vr_nvl72_plan, vr_nvl72_tp8_plan
+from tests.targets.fixtures import compiled_plan
+
+VR, H200 = "vr-nvl72-deepseek-v4.1-flash", "hgx-h200-deepseek-v3"
+PINNED = "vr-nvl72-pinned-site"  # DEP2 prefill two per tray, TP8 decode over two trays
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -19,18 +22,19 @@ def _groups(plan, instance_id):
 
 
 def test_one_group_per_tray_in_rank_order():
-    plan = vr_nvl72_plan()
+    plan = compiled_plan(VR)
     decode = plan.instance("decode-00")
     groups = _groups(plan, "decode-00")
-    assert [g.tray for g in groups] == decode.trays
-    assert [g.first_rank for g in groups] == [4 * k for k in range(len(decode.trays))]
+    per_tray = plan.system_of(decode).gpus_per_tray
+    assert len(decode.trays) > 1 and [g.tray for g in groups] == decode.trays
+    assert [g.first_rank for g in groups] == [per_tray * k for k in range(len(decode.trays))]
     assert [x for g in groups for x in g.gpus] == decode.gpus
     assert groups == decode.rank_groups  # what the plan records
 
 
 def test_instances_sharing_a_tray_bind_distinct_ports():
     """Two DEP2 prefill instances on one tray: every port one binds is free of the other's."""
-    plan = vr_nvl72_plan()
+    plan = compiled_plan(PINNED)
     by_tray: dict[str, list] = {}
     for i in plan.instances:
         for g in i.rank_groups:
@@ -39,28 +43,29 @@ def test_instances_sharing_a_tray_bind_distinct_ports():
                 bound |= {g.nixl_port + g.first_rank + k for k in range(len(g.gpus))}
             by_tray.setdefault(g.tray, []).append(bound)
     shared = [t for t, sets in by_tray.items() if len(sets) > 1]
-    assert shared, "the fixture has trays with two instances"
+    assert shared, "the case has trays with two instances"
     for t in shared:
         sets = by_tray[t]
         assert sum(len(x) for x in sets) == len(set().union(*sets)), t
 
 
 def test_multi_node_ports_are_the_leaders():
-    dep = vr_nvl72_plan().instance("decode-00").rank_groups
+    dep = compiled_plan(VR).instance("decode-00").rank_groups
     assert dep[0].api_port == ports.ENGINE_API and dep[0].dp_rpc_port == ports.DP_RPC
     assert all(g.api_port is None and g.dp_rpc_port is None for g in dep[1:])
     # every DP rank listens for NIXL: base + its global rank = 5600 + its local index
     assert {g.nixl_port + g.first_rank for g in dep} == {ports.NIXL_SIDE_CHANNEL}
-    tp = next(i for i in vr_nvl72_tp8_plan().instances if i.tp == 8).rank_groups
+    tp = next(i for i in compiled_plan(PINNED).instances if i.tp == 8).rank_groups
     assert len(tp) == 2
     assert tp[0].master_port == ports.MASTER and tp[0].nixl_port is not None
     assert tp[1].nixl_port is None and tp[1].master_port is None  # headless workers only
 
 
 def test_refuses_ranks_that_interleave_trays():
-    plan = vr_nvl72_plan()
+    plan = compiled_plan(VR)
     decode = plan.instance("decode-00")
-    gpus = [decode.gpus[4], *decode.gpus[:4], *decode.gpus[5:]]
+    n = plan.system_of(decode).gpus_per_tray  # the second tray's first GPU moved before the first's
+    gpus = [decode.gpus[n], *decode.gpus[:n], *decode.gpus[n + 1:]]
     trays = {t.id: t for t in plan.hardware.trays}
     of_gpu = {g: t.id for t in plan.hardware.trays for g in t.gpus}
     with pytest.raises(deploy.LayoutError, match="contiguous"):
@@ -68,7 +73,7 @@ def test_refuses_ranks_that_interleave_trays():
 
 
 def test_a_plan_with_edited_rank_groups_is_refused():
-    plan = hgx_h200_plan()
+    plan = compiled_plan(H200)
     text = dump_plan(plan)
     assert load_plan(text) == plan
     edited = text.replace("first_rank: 0", "first_rank: 3", 1)
