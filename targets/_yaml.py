@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from compiler.documents import Documents
+
 _FIRST_KEYS = ("apiVersion", "kind", "metadata")
 # Helm's InstallOrder for the built-in kinds the targets emit; other kinds (custom resources)
 # come after them.
@@ -68,9 +70,11 @@ def _install_key(doc: Mapping[str, Any]) -> tuple[int, str, str]:
     return rank, kind, doc["metadata"]["name"]
 
 
-def dump_documents(docs: Iterable[Mapping[str, Any]]) -> str:
-    """Several Kubernetes objects in install order, `---` between them."""
-    return "---\n".join(dump_yaml(doc) for doc in sorted(docs, key=_install_key))
+def dump_documents(docs: Iterable[Mapping[str, Any]]) -> Documents:
+    """Several Kubernetes objects in install order, `---` between them (the text, carrying
+    the objects it was written from: compiler.documents)."""
+    ordered = sorted(docs, key=_install_key)
+    return Documents([dump_yaml(doc) for doc in ordered], ordered)
 
 
 def dump_json(data: Any) -> str:

@@ -11,11 +11,27 @@ from typing import Any
 
 import yaml
 
+from compiler.documents import Documents
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Folders that are deployed on their own: `kubectl apply -k k8s/` or `-k lws/`, and the
 # Mooncake master's own manifests.
 BUNDLES = ("k8s", "lws", "mooncake")
 SCRIPTS = "vllm"
+
+
+class _Nodes:
+    """A file's documents as YAML nodes, composed the first time a field's line is asked for
+    (text that carries its data is not parsed otherwise)."""
+
+    def __init__(self, text: str, nodes: list[yaml.Node] | None = None):
+        self.text = str(text)
+        self._nodes = nodes
+
+    def __getitem__(self, k: int) -> yaml.Node:
+        if self._nodes is None:
+            self._nodes = [node for node, _ in _documents(self.text)]
+        return self._nodes[k]
 
 
 @dataclass(frozen=True)
@@ -25,7 +41,12 @@ class Obj:
     file: str
     line: int
     doc: dict[str, Any] = field(hash=False, compare=False)
-    node: yaml.Node | None = field(default=None, hash=False, compare=False)
+    nodes: _Nodes | None = field(default=None, hash=False, compare=False)
+    index: int = field(default=0, hash=False, compare=False)  # its document in the file
+
+    @property
+    def node(self) -> yaml.Node | None:
+        return self.nodes[self.index] if self.nodes is not None else None
 
     def line_at(self, path: str) -> int:
         """The line of a field path (`spec.components[2].podTemplate`) in the file; the
@@ -81,9 +102,15 @@ def objects(files: Mapping[str, str | bytes], folder: str) -> list[Obj]:
         if not (path.startswith(folder + "/") and path.endswith((".yaml", ".yml"))
                 and isinstance(text, str)) or PurePosixPath(path).name == "kustomization.yaml":
             continue
-        for node, doc in _documents(text):
-            if isinstance(doc, dict) and {"apiVersion", "kind"} <= doc.keys():
-                out.append(Obj(path, node.start_mark.line + 1, doc, node))
+        if isinstance(text, Documents):  # emitted in this process: its data, lines known
+            nodes = _Nodes(text)
+            docs = list(zip(text.lines, text.docs, strict=True))
+        else:
+            parsed = _documents(text)
+            nodes = _Nodes(text, [node for node, _ in parsed])
+            docs = [(node.start_mark.line + 1, doc) for node, doc in parsed]
+        out += [Obj(path, line, doc, nodes, k) for k, (line, doc) in enumerate(docs)
+                if isinstance(doc, dict) and {"apiVersion", "kind"} <= doc.keys()]
     return out
 
 
