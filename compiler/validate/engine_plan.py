@@ -23,18 +23,24 @@ RULE = "engine-matches-plan"
 HINT = "compile again (rackc compile -o OUT) rather than editing the engines' flags"
 
 
-def _instance(plan: Plan, e: Engine) -> Instance | None:
-    by_id = {i.id: i for i in plan.instances}
-    if e.group is None:  # vllm/<id>/<tray>.sh
-        parts = e.file.split("/")
-        return by_id.get(parts[-2]) if len(parts) >= 3 else None
+def _instances(plan: Plan) -> dict[tuple[str, str], Instance]:
+    """Each instance by where its engines run: its launch folder (`vllm/<id>/<tray>.sh`), its
+    DynamoGraphDeployment component, its LeaderWorkerSet."""
+    out = {}
     for i in plan.instances:
-        if e.group.obj.kind == "DynamoGraphDeployment" and e.group.name == i.workload:
-            return i
-        if e.group.obj.kind == "LeaderWorkerSet" and \
-                e.group.obj.name == leader_worker_set_name(plan.serving.name, i.workload):
-            return i
-    return None
+        out["script", i.id] = i
+        out["DynamoGraphDeployment", i.workload] = i
+        out["LeaderWorkerSet", leader_worker_set_name(plan.serving.name, i.workload)] = i
+    return out
+
+
+def _instance(by: dict[tuple[str, str], Instance], e: Engine) -> Instance | None:
+    if e.group is None:
+        parts = e.file.split("/")
+        return by.get(("script", parts[-2])) if len(parts) >= 3 else None
+    kind = e.group.obj.kind
+    name = e.group.name if kind == "DynamoGraphDeployment" else e.group.obj.name
+    return by.get((kind, name))
 
 
 def _speculative(plan: Plan) -> dict[str, Any] | None:
@@ -132,8 +138,9 @@ def _image(plan: Plan, e: Engine) -> list[tuple[str, str]]:
 def engine_matches_plan(ctx: Any) -> list[Finding]:
     out = []
     engines = [e for b in ctx.bundles for e in b.engines] + ctx.scripts
+    by = _instances(ctx.plan)
     for e in engines:
-        i = _instance(ctx.plan, e)
+        i = _instance(by, e)
         if i is None:
             out.append(Finding(RULE, e.file, e.line, e.where, "an engine of one of the plan's "
                                "instances (by launch folder or workload name)", "none matches",

@@ -372,12 +372,18 @@ class Engine:
 
     where: str  # the object and field path, or the script
     file: str
-    line: int
+    path: str  # the container's field path in its object ("" for a launch script)
     launcher: str  # "vllm" | "dynamo"
     argv: tuple[str, ...]  # the engine's flags
     env: dict[str, str | None] = field(hash=False, compare=False)  # None: from valueFrom
     mounts: tuple[str, ...] = ()
     group: PodGroup | None = None  # None for a launch script
+
+    @property
+    def line(self) -> int:
+        """Where it is written (asked for by a finding only: the bundle's lines are parsed
+        on demand)."""
+        return self.group.obj.line_at(self.path) if self.group is not None else 1
 
     def flag(self, name: str) -> str | None:
         for i, word in enumerate(self.argv):
@@ -445,11 +451,10 @@ def engines(groups: list[PodGroup]) -> list[Engine]:
             env = {str(e.get("name")): e.get("value") if "value" in e else None
                    for e in c.get("env") or [] if isinstance(e, dict)}
             mounts = tuple(str(m.get("mountPath")) for m in c.get("volumeMounts") or [])
-            out.append(Engine(g.at(f"{g.path}.containers[{i}]"), g.obj.file,
-                              g.obj.line_at(f"{g.path}.containers[{i}]"),
-                              found[0], found[1], env, mounts, g))
+            path = f"{g.path}.containers[{i}]"
+            out.append(Engine(g.at(path), g.obj.file, path, found[0], found[1], env, mounts, g))
     return out
 
 
 def script_engines(scripts: list[Script]) -> list[Engine]:
-    return [Engine(s.file, s.file, 1, "vllm", s.argv, dict(s.env)) for s in scripts]
+    return [Engine(s.file, s.file, "", "vllm", s.argv, dict(s.env)) for s in scripts]
