@@ -219,6 +219,7 @@ def _print_compiled(args: argparse.Namespace, result, base, only: tuple[str, ...
     print(f"predicted: {p.tokens_per_s_per_user_p90:g} tokens/s per user (P90), "
           f"TTFT P90 {p.ttft_ms_p90:g} ms, {p.total_tokens_per_s_per_gpu:g} tokens/s per "
           f"GPU; wrote {len(result.artifacts)} files to {args.output}")
+    _print_isolated(p)
 
 
 def _check_output(out: Path, artifacts: dict[str, str | bytes], subset: bool) -> int:
@@ -256,7 +257,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 0
     for key, value in p.items():
         if key not in ("instances", "breakdown", "curve", "balance", "kernels", "slo",
-                       "simulated"):
+                       "simulated", "isolated"):
             print(f"{key}: {value}")
     for row in p["instances"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
@@ -264,9 +265,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
     what_if = "" if k["deployed"] else " (a what-if: the bundle runs vllm)"
     for c in k["calibration"]:
         print(f"kernels: {k['engine']}{what_if}, {c['system']}: {c['file']}, {c['source']}")
+    _print_isolated(pinned[0])
     if pinned[0].simulated is not None:
         _print_simulated(pinned[0])
     return 0
+
+
+def _print_isolated(predicted) -> None:
+    """The pinned operating points' phase-isolated figures, said to be such."""
+    if predicted.isolated:
+        print(f"{predicted.isolated[0].HEADING}:")
+        for row in predicted.isolated:
+            print(f"  {row.summary()}")
 
 
 def _print_simulated(predicted) -> None:

@@ -6,7 +6,9 @@ a diagnostic at the field that states it; `compiler.load` collects them all.
 
 from compiler import catalog
 from compiler.catalog.system import System
+from compiler.resolve import PinnedPoint, pinned_point
 from schemas import DeploymentV1, ModelV1
+from schemas.deployment import MAX_BATCHED_TOKENS, PinnedInstances
 from schemas.diagnostics import Diagnostic
 from schemas.source import PathKey, SourceMap, format_path
 
@@ -97,7 +99,8 @@ def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Dia
     decoding, the pool, expert options and pinned batch limits."""
     return [*_check_lengths(dep, model, src), *_check_images(dep.spec.workload, model, src),
             *_check_speculative(dep, model, src), *_check_pool(dep, src),
-            *_check_experts(dep, model, src), *_check_pin_limits(dep, src)]
+            *_check_experts(dep, model, src), *_check_pin_limits(dep, src),
+            *_check_operating_points(dep, model, src)]
 
 
 def _check_lengths(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
@@ -187,6 +190,79 @@ def _check_pin_limits(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
                              "instances of one role and shape share one engine "
                              "configuration: give them the same limits, or merge the entries"))
     return out
+
+
+def _check_operating_points(dep: DeploymentV1, model: ModelV1,
+                            src: SourceMap) -> list[Diagnostic]:
+    """A pinned entry's operating point against what it contradicts: an aggregated entry
+    (both phases), a second point for the role, another entry of its role and shape (one
+    engine configuration), a context beyond max_model_len, and batch limits below its step."""
+    entries = dep.spec.objective.instances
+    spec = dep.spec.serving.speculative
+    draft = spec.draft_tokens if spec else 0
+    length = dep.spec.serving.max_model_len or model.spec.max_context_tokens
+    out, seen = [], set()
+    for j, entry in enumerate(entries):
+        point = pinned_point(j, entry)
+        if point is None:
+            continue
+        at = ("spec", "objective", "instances", j, "operating_point")
+        twins = [k for k, e in enumerate(entries)
+                 if k != j and (e.role, e.shape) == (entry.role, entry.shape)]
+        problem = _point_role(entry, at, src, point.role in seen, twins) or \
+            _point_limits(entry, point, at, src, draft, length)
+        seen.add(point.role)
+        out += problem
+    return out
+
+
+def _point_role(entry: PinnedInstances, at: tuple, src: SourceMap, again: bool,
+                twins: list[int]) -> list[Diagnostic]:
+    if entry.role == "aggregated":
+        return [diag(src, at, "E105", "an operating point on a prefill or decode entry",
+                     "role aggregated", "an aggregated instance interleaves both phases: pin "
+                     "prefill and decode entries to predict one phase alone", key=True)]
+    if again:
+        return [diag(src, at, "E105", "one operating point per role",
+                     f"a second {entry.role} operating point",
+                     f"keep the {entry.role} point on one entry", key=True)]
+    if twins:
+        return [diag(src, at, "E105", f"the only {entry.role} {entry.shape} entry",
+                     f"also objective.instances[{twins[0]}]",
+                     "instances of one role and shape share one engine configuration, which "
+                     "the point sets: merge the entries", key=True)]
+    if entry.role == "decode" and entry.operating_point.cached_share is not None:
+        return [diag(src, (*at, "cached_share"), "E105", "cached_share on a prefill entry",
+                     "a decode entry", "a decoding request attends over its whole context: "
+                     "leave cached_share out", key=True)]
+    return []
+
+
+def _point_limits(entry: PinnedInstances, point: PinnedPoint, at: tuple, src: SourceMap,
+                  draft: int, length: int) -> list[Diagnostic]:
+    if point.context_tokens > length:
+        return [diag(src, (*at, "context_tokens"), "E104",
+                     f"at most serving.max_model_len ({length} tokens)",
+                     str(point.context_tokens), "raise serving.max_model_len (up to the "
+                     "model's context) or pin a shorter context")]
+    if entry.max_batch is not None and entry.max_batch < point.batch_per_rank:
+        return [diag(src, (*at, "batch_per_rank"), "E104",
+                     f"at most the entry's max_batch ({entry.max_batch})",
+                     str(point.batch_per_rank), "the engine runs at most max_batch requests "
+                     "per rank: raise max_batch or leave it out (it then takes the point's)")]
+    tokens = point.step_tokens(draft)
+    what = (f"{point.batch_per_rank} requests x {1 + draft} tokens" if entry.role == "decode"
+            else f"{point.batch_per_rank} prompts x {point.new_tokens} uncached tokens")
+    limit = entry.max_batched_tokens or MAX_BATCHED_TOKENS
+    if tokens > limit:
+        named = f"the entry's max_batched_tokens ({limit})" if entry.max_batched_tokens \
+            else f"{MAX_BATCHED_TOKENS} tokens per step (max_batched_tokens' bound)"
+        lower = "batch_per_rank" if entry.role == "decode" else \
+            "batch_per_rank or context_tokens"
+        return [diag(src, (*at, "batch_per_rank"), "E104", f"a step within {named}",
+                     f"{what} = {tokens} tokens", f"lower {lower}, or raise "
+                     "max_batched_tokens: the point is one step of the engine")]
+    return []
 
 
 def check_fleet_objective(dep: DeploymentV1, systems: list[System],

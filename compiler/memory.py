@@ -30,6 +30,7 @@ from schemas.model import ModelSpec
 GIB = arch.GIB
 ACTIVATION_TOKENS = 8192  # tokens per forward pass the workspace is sized for (assumed)
 ACTIVATION_COPIES = 12  # live hidden-sized buffers per token in a layer (assumed)
+MAX_REQUESTS = 1 << 20  # what `requests_at` answers for a model that keeps no KV
 
 
 def utilization(capacity_gib: float, reserved_gib: float) -> float:
@@ -49,6 +50,7 @@ class GpuBudget:
     pool_in_hbm: bool  # the spare HBM is lent to the KV pool instead of the KV cache
     offload_gib: float = 0.0  # weights in pinned host memory, read over the GPU-CPU link
     kv_token_bytes: float = 0.0  # KV per token of context on this GPU (its stage's layers)
+    kv_window_bytes: float = 0.0  # KV per request of its sliding-window layers (whole window)
 
     @property
     def utilization(self) -> float:
@@ -85,6 +87,16 @@ class GpuBudget:
     def total_gib(self) -> float:
         """What the GPU must hold at least: the reserve, the budget's fixed parts, one request."""
         return self.reserved_gib + self.fixed_gib + self.kv_min_gib
+
+    def request_kv_gib(self, context_tokens: int) -> float:
+        """One request's KV on this GPU at `context_tokens` of context (its window layers
+        counted whole, as for the maximum-length request)."""
+        return (self.kv_token_bytes * context_tokens + self.kv_window_bytes) / GIB
+
+    def requests_at(self, context_tokens: int) -> int:
+        """Requests of `context_tokens` each whose KV the KV cache holds at once."""
+        per = self.request_kv_gib(context_tokens)
+        return max(0, int(self.kv_gib / per)) if per > 0 else MAX_REQUESTS
 
 
 def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False,
@@ -170,6 +182,16 @@ def gpu_budget(inputs, role: str, shape: Shape, engram_gpus: int) -> GpuBudget:
                key=lambda b: b.kv_gib / b.kv_token_bytes if b.kv_token_bytes else math.inf)
 
 
+def requests_that_fit(inputs, role: str, shape: Shape, engram_gpus: int,
+                      context_tokens: int) -> tuple[int, GpuBudget]:
+    """Requests of `context_tokens` each that one DP rank of `shape` holds in its KV cache at
+    once (with pipeline stages: the fewest any stage holds, since vLLM sizes every worker's
+    cache to the smallest), and the budget of the GPU that bounds it."""
+    return min(((b.requests_at(context_tokens), b)
+                for b in stage_budgets(inputs, role, shape, engram_gpus)),
+               key=lambda nb: nb[0])
+
+
 def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[GpuBudget]:
     """One GPU of each pipeline stage of `shape` (one entry without PP)."""
     r, model = inputs.resolved, inputs.model.spec
@@ -193,5 +215,5 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
             weights_gib=sum(parts) - min(offload, sum(parts)),
             engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
             pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=offload,
-            kv_token_bytes=per_token * share))
+            kv_token_bytes=per_token * share, kv_window_bytes=window * window_share))
     return out

@@ -3,7 +3,7 @@
 Frozen and canonical: collections are sorted by id, floats rounded, no timestamps, hostnames of
 this machine or absolute paths, so the same inputs give a byte-identical `plan.yaml`.
 Targets import this module only. One module past 500 lines on purpose: it is the IR's one
-schema (48 record types and the plan's self-consistency check), the one door the targets
+schema (49 record types and the plan's self-consistency check), the one door the targets
 and the validator read.
 """
 
@@ -490,6 +490,70 @@ class PredictedGroup(Frozen):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class IsolatedPhase(Frozen):
+    """One role alone at the deployment's pinned operating point
+    (`objective.instances[].operating_point`), as published decode and prefill results are
+    measured: its step from the step model at that batch and context, without the serving
+    model's queueing, admission, prefill coupling or KV hand-off (compiler/perf/isolated.py).
+    Decode rows carry TPOT, ITL and output rates; prefill rows TTFT and prompt rates."""
+
+    role: Role
+    shape: str
+    gpus: int  # one instance's
+    batch_per_rank: int
+    context_tokens: int
+    cached_tokens: int | None = None  # prefill: of each prompt, read from the prefix cache
+    step_ms: float  # decode: one verification step; prefill: the slowest stage's
+    kv_gib_per_gpu: float  # the batch's KV at this context
+    kv_cache_gib_per_gpu: float  # what the memory budget leaves for KV (compiler/memory.py)
+    max_batch_per_rank: int  # requests of this context the KV cache holds
+    breakdown: dict[str, float]  # the step by operator (us)
+    tpot_ms: float | None = None
+    itl_ms: float | None = None  # between streamed chunks: one step (speculation: k + 1 max)
+    tokens_per_s_per_user: float | None = None
+    output_tokens_per_s_per_gpu: float | None = None
+    output_tokens_per_s_per_instance: float | None = None
+    ttft_ms: float | None = None  # a prompt of the step: the step, and the pipeline fill
+    prompt_tokens_per_s_per_gpu: float | None = None  # whole prompts, cached share included
+    prompt_tokens_per_s_per_instance: float | None = None
+    computed_tokens_per_s_per_gpu: float | None = None  # the uncached tokens only
+
+    HEADING: ClassVar[str] = (
+        "Phase-isolated: each pinned role alone at its operating point (one step of the step "
+        "model; no queueing, admission, prefill-decode coupling or KV hand-off, so not the "
+        "serving figures)")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def summary(self) -> str:
+        """One line: the operating point and what the role does there (CLI, report)."""
+        n = _figure
+        memory = (f"KV {n(self.kv_gib_per_gpu)} of {n(self.kv_cache_gib_per_gpu)} GiB per GPU, "
+                  f"at most {self.max_batch_per_rank} requests per rank at this context")
+        if self.role == "decode":
+            return (f"decode {self.shape} at {self.batch_per_rank} requests per rank and "
+                    f"{self.context_tokens} tokens of context: step {n(self.step_ms)} ms, TPOT "
+                    f"{n(self.tpot_ms)} ms, ITL {n(self.itl_ms)} ms, "
+                    f"{n(self.tokens_per_s_per_user)} tokens/s per user, "
+                    f"{n(self.output_tokens_per_s_per_gpu)} output tokens/s per GPU "
+                    f"({n(self.output_tokens_per_s_per_instance)} per instance); {memory}")
+        cached = f" ({self.cached_tokens} cached)" if self.cached_tokens else ""
+        return (f"prefill {self.shape} at {self.batch_per_rank} prompts per rank of "
+                f"{self.context_tokens} tokens{cached}: step {n(self.step_ms)} ms, TTFT "
+                f"{n(self.ttft_ms)} ms, {n(self.prompt_tokens_per_s_per_gpu)} prompt tokens/s "
+                f"per GPU ({n(self.prompt_tokens_per_s_per_instance)} per instance, "
+                f"{n(self.computed_tokens_per_s_per_gpu)} computed per GPU); {memory}")
+
+
+def _figure(x: float | None) -> str:
+    """A figure as people read it: thousands grouped and whole, smaller ones as recorded."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:g}"
+
+
 class SloCheck(Frozen):
     """One SLO of the deployment against the prediction (compiler/prediction.py)."""
 
@@ -526,7 +590,7 @@ class Simulated(Frozen):
 
 
 class Predicted(OmitsOptional):
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("simulated",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("simulated", "isolated")
 
     output_tokens_per_s_per_gpu: float
     total_tokens_per_s_per_gpu: float
@@ -546,6 +610,8 @@ class Predicted(OmitsOptional):
     balance: dict[str, str | int | float] | None = None
     slo: list[SloCheck] = []  # each SLO the deployment states, met or missed
     simulated: Simulated | None = None  # compiler.simulate's short run (absent: none made)
+    # each pinned operating point's role alone (phase-isolated; absent: none pinned)
+    isolated: list[IsolatedPhase] = []
 
 
 class Decision(Frozen):

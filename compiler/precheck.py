@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from compiler import arch
 from compiler.load import Inputs
-from compiler.memory import gpu_budget
+from compiler.memory import gpu_budget, requests_that_fit
 from compiler.shapes import Shape, candidate_shapes, parse_shape, shape_problem
 from schemas.diagnostics import Diagnostic
 from schemas.source import format_path
@@ -72,7 +72,8 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
             mem = gpu_budget(inputs, role, shape, share)
             fits.append(ShapeFit(role, shape, mem.weights_gib, mem.total_gib, mem.fits))
     diagnostics = (_diagnose(inputs, fits, available, capacity)
-                   + _check_pins(inputs, fits, available) + _check_offload(inputs))
+                   + _check_pins(inputs, fits, available) + _check_offload(inputs)
+                   + _check_operating_points(inputs, fits))
     return Precheck(tuple(fits), tuple(diagnostics))
 
 
@@ -93,6 +94,46 @@ def _check_offload(inputs: Inputs) -> list[Diagnostic]:
                        f"at most {room / gpus:.1f} GiB per GPU ({gpus} GPUs share "
                        f"{room:.1f} GiB of a tray's DRAM)", f"{asked.gib_per_gpu:g}",
                        "offload less, or only the experts the HBM cannot hold")]
+
+
+def _check_operating_points(inputs: Inputs, fits: list[ShapeFit]) -> list[Diagnostic]:
+    """E304: the KV of an operating point's batch at its context fits in the KV cache of one
+    rank of its shape (compiler.memory's budget), where the shape itself fits (E302 else)."""
+    r, out = inputs.resolved, []
+    fitting = {(f.role, f.shape.name) for f in fits if f.fits}
+    for choice in r.operating_points:
+        point = choice.value
+        shape = parse_shape(point.shape)
+        if shape is None or (point.role, point.shape) not in fitting:
+            continue
+        most, budget = requests_that_fit(inputs, point.role, shape,
+                                         engram_gpus(inputs, point.role, shape),
+                                         point.context_tokens)
+        if point.batch_per_rank <= most:
+            continue
+        src = inputs.sources["deployment"]
+        path = ("spec", "objective", "instances", point.entry, "operating_point",
+                "batch_per_rank")
+        pos = src.locate(path)
+        per = budget.request_kv_gib(point.context_tokens)
+        out.append(Diagnostic(
+            "error", "E304", src.file, pos.line, pos.column, format_path(path),
+            f"at most {most} requests per rank at {point.context_tokens} tokens of context "
+            f"on {point.shape} {point.role} ({budget.kv_gib:.1f} GiB of KV cache per GPU, "
+            f"{per:.3f} GiB per request)", str(point.batch_per_rank),
+            f"lower batch_per_rank to {most} or the context" if most else
+            "not one request of this context fits: shorten context_tokens, use fp8 KV "
+            "(serving.kv_cache_dtype) or a shape with more GPUs"))
+    return out
+
+
+def engram_gpus(inputs: Inputs, role: str, shape: Shape) -> int:
+    """GPUs a pinned role's Engram tables are spread over, as the perf model spreads them
+    (compiler.perf.predict.groups): prefill over every prefill GPU, decode its own."""
+    if role != "prefill":
+        return shape.gpus
+    return sum(s.gpus * e.count for e in inputs.resolved.pins if e.role == "prefill"
+               and (s := parse_shape(e.shape)) is not None)
 
 
 def _named(inputs: Inputs) -> list[str]:

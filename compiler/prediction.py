@@ -16,9 +16,10 @@ predict the layout at its goodput (demand unbounded); latency mode takes the pro
 
 from compiler.load import Inputs
 from compiler.perf.capacity import layout_goodput
-from compiler.perf.predict import Layout, operating_point, pool_tokens, workload
+from compiler.perf.isolated import phase_alone
+from compiler.perf.predict import Layout, groups, operating_point, pool_tokens, workload
 from compiler.perf.serving import prefix_hit_rate
-from compiler.plan import Predicted, SloCheck
+from compiler.plan import IsolatedPhase, Predicted, SloCheck
 from schemas.diagnostics import Diagnostic
 from schemas.source import format_path
 
@@ -46,11 +47,24 @@ def goodput(inputs: Inputs, layouts: list[Layout], available_gpus: int) -> float
 
 def predict(inputs: Inputs, layouts: list[Layout], available_gpus: int,
             pool_gib: float | None = None, with_curve: bool = True) -> Predicted:
-    """The plan's `predicted` block, with the SLO checks (`with_curve` off: without the
-    throughput-interactivity curve, as the decision table's rows are)."""
+    """The plan's `predicted` block, with the SLO checks and the pinned operating points'
+    phase-isolated figures (`with_curve` off: without the throughput-interactivity curve, as
+    the decision table's rows are)."""
     metrics = operating_point(inputs, layouts, goodput(inputs, layouts, available_gpus),
                               pool_gib, with_curve)
-    return metrics.model_copy(update={"slo": slo_checks(inputs, metrics)})
+    return metrics.model_copy(update={"slo": slo_checks(inputs, metrics),
+                                      "isolated": isolated(inputs, layouts)})
+
+
+def isolated(inputs: Inputs, layouts: list[Layout]) -> list[IsolatedPhase]:
+    """Each pinned operating point's role alone (compiler.perf.isolated), on the perf context
+    the layout's group of that role and shape is predicted with."""
+    points = [c.value for c in inputs.resolved.operating_points]
+    if not points:
+        return []
+    by_key = {(g.role, g.shape.name): g for g in groups(inputs, layouts, workload(inputs))}
+    return [IsolatedPhase(**phase_alone(inputs, p, by_key[(p.role, p.shape)]))
+            for p in points if (p.role, p.shape) in by_key]
 
 
 def slo_checks(inputs: Inputs, metrics: Predicted) -> list[SloCheck]:

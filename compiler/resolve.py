@@ -57,6 +57,47 @@ class HostReserve:
     mooncake_buffer_gib_per_rank: float  # the store client's transfer buffer
 
 
+@dataclass(frozen=True)
+class PinnedPoint:
+    """A pinned entry's role predicted alone at a fixed batch and context
+    (`objective.instances[].operating_point`: phase-isolated, compiler.prediction)."""
+
+    entry: int  # its index in objective.instances
+    role: str  # prefill | decode
+    shape: str
+    batch_per_rank: int
+    context_tokens: int
+    cached_tokens: int = 0  # prefill: of each prompt, already in the prefix cache
+
+    @property
+    def new_tokens(self) -> int:
+        return self.context_tokens - self.cached_tokens
+
+    def step_tokens(self, draft_tokens: int) -> int:
+        """Tokens per DP rank in its step: decode verifies 1 + k per request, prefill
+        computes each prompt's uncached tokens."""
+        return self.batch_per_rank * (1 + draft_tokens if self.role == "decode"
+                                      else self.new_tokens)
+
+    def __str__(self) -> str:
+        if self.role == "decode":
+            return (f"{self.shape} decode: {self.batch_per_rank} requests per rank at "
+                    f"{self.context_tokens} tokens of context")
+        cached = f", {self.cached_tokens} of them cached" if self.cached_tokens else ""
+        return (f"{self.shape} prefill: {self.batch_per_rank} prompts per rank of "
+                f"{self.context_tokens} tokens{cached}")
+
+
+def pinned_point(j: int, entry: PinnedInstances) -> PinnedPoint | None:
+    """The entry's operating point, its cached share in whole tokens (at least one new)."""
+    op = entry.operating_point
+    if op is None:
+        return None
+    cached = min(int(op.context_tokens * (op.cached_share or 0.0)), op.context_tokens - 1)
+    return PinnedPoint(j, entry.role, entry.shape, op.batch_per_rank, op.context_tokens,
+                          cached)
+
+
 NODE_RESERVE_FRACTION = 0.10  # assumed: a GPU node's capacity less its allocatable memory
 NODE_RESERVE_MIN_GIB = 32.0  # assumed: the floor of that on small nodes
 PROCESS_GIB_PER_RANK = 24.0  # assumed: a vLLM rank's host RSS (weights staging, CUDA, Python)
@@ -88,7 +129,8 @@ class Resolved:
     objective_mode: Choice[str]
     layout: str  # objective.layout: any | disaggregated | aggregated
     shape_search: ShapeSearch  # the user's shapes per role (None: every shape that fits)
-    pins: tuple[PinnedInstances, ...]  # objective.instances (pinned mode)
+    pins: tuple[PinnedInstances, ...]  # objective.instances (pinned mode), limits filled
+    operating_points: tuple[Choice[PinnedPoint], ...]  # at most one per role
     slo: Slo
     routing_policy: Choice[str]
     overlap_score_credit: float
@@ -244,13 +286,38 @@ def _deployment(dep: DeploymentV1, src: SourceMap) -> dict:
         objective_mode=_user(src, "objective.mode", objective.mode,
                              "throughput under the SLO is the default objective"),
         layout=objective.layout, shape_search=objective.shapes,
-        pins=tuple(objective.instances), slo=dep.spec.slo,
+        **_pins(objective.instances, s.speculative.draft_tokens if s.speculative else 0),
+        slo=dep.spec.slo,
         routing_policy=_user(src, "serving.routing", s.routing.policy,
                              "KV-aware routing: least uncached work (SYSTEM.md)"),
         overlap_score_credit=s.routing.overlap_score_credit,
         speculative=s.speculative, weight_offload=s.weight_offload,
         site=dep.spec.site, name=dep.metadata.name, namespace=s.namespace,
         vllm_version=s.vllm_version)
+
+
+def _pins(entries: list[PinnedInstances], draft_tokens: int) -> dict:
+    """The pinned entries, and their operating points: an entry's max_batch and
+    max_batched_tokens, where left out, are its point's batch and step tokens, so that the
+    engine runs the step the point predicts (compiler.input_checks refuses limits below it)."""
+    pins, points = [], []
+    for j, entry in enumerate(entries):
+        point = pinned_point(j, entry)
+        if point is None:
+            pins.append(entry)
+            continue
+        batch = entry.max_batch or point.batch_per_rank
+        tokens = entry.max_batched_tokens or point.step_tokens(draft_tokens)
+        pins.append(entry.model_copy(update={"max_batch": batch, "max_batched_tokens": tokens}))
+        filled = "" if entry.max_batch and entry.max_batched_tokens else \
+            " (the point's where the entry leaves them out)"
+        points.append(Choice(
+            f"objective.operating_point.{point.role}", point, "user",
+            f"written in the deployment (objective.instances[{j}]): this role is also "
+            "predicted alone at this point (predicted.isolated: its step, without queueing, "
+            f"admission or hand-off); the entry runs max_batch {batch}, max_batched_tokens "
+            f"{tokens}{filled}"))
+    return {"pins": tuple(pins), "operating_points": tuple(points)}
 
 
 WORKLOAD_FIELDS = ("isl", "osl", "isl_cv", "osl_cv", "concurrency", "prefix_reuse",

@@ -17,6 +17,7 @@ from schemas.site import Site
 
 Role = Literal["prefill", "decode", "aggregated"]
 TOKENS = 1 << 24  # longer than any model's context
+MAX_BATCHED_TOKENS = 1 << 20  # tokens per DP rank per step
 # ...PPm: m pipeline stages (prefill only; compiler/shapes.py)
 SHAPE = r"^(DEP[0-9]{1,3}|TP[0-9]{1,3}|TP[0-9]{1,3}EP[0-9]{1,3})(PP[0-9]{1,2})?$"
 # vLLM 0.33 takes any positive --block-size, but its CUDA attention kernels take multiples of
@@ -55,6 +56,22 @@ class Workload(StrictModel):
                           "needed with images_per_request, at most the model's cap")
 
 
+class OperatingPoint(StrictModel):
+    """A pinned entry's role predicted alone at a fixed batch and context (phase-isolated, as
+    published decode and prefill results are measured: the other phase runs elsewhere): one
+    step of the step model, without the serving model's queueing, admission or hand-off."""
+
+    batch_per_rank: Annotated[int, Field(ge=1, le=1 << 16)] = Field(
+        description="decode: requests decoding at once per DP rank; prefill: prompts "
+                    "prefilled together in one step per DP rank")
+    context_tokens: Annotated[int, bounded(TOKENS)] = Field(
+        description="decode: tokens of context each request attends over (its KV length: "
+                    "prompt plus output so far); prefill: each prompt's length")
+    cached_share: Annotated[float, Field(ge=0, lt=1)] | None = Field(
+        None, description="prefill only: share of each prompt already in the prefix cache "
+                          "(its KV read, not computed); default 0")
+
+
 class PinnedInstances(StrictModel):
     role: Role
     shape: str = Field(pattern=SHAPE)
@@ -62,9 +79,14 @@ class PinnedInstances(StrictModel):
     max_batch: Annotated[int, Field(ge=1, le=1 << 16)] | None = Field(
         None, description="Requests per DP rank (vLLM --max-num-seqs); default: what the KV "
                           "holds (decode, up to 1,024) or 64 (prefill)")
-    max_batched_tokens: Annotated[int, Field(ge=1, le=1 << 20)] | None = Field(
+    max_batched_tokens: Annotated[int, Field(ge=1, le=MAX_BATCHED_TOKENS)] | None = Field(
         None, description="Tokens per DP rank per step (vLLM --max-num-batched-tokens); "
                           "default: the best prefill chunk, or the decode batch's tokens")
+    operating_point: OperatingPoint | None = Field(
+        None, description="predict this entry's role alone at this batch and context, besides "
+                          "the serving figures (prefill or decode entries, one per role); its "
+                          "batch and step tokens are the entry's max_batch and "
+                          "max_batched_tokens where those are left out")
 
 
 ShapeName = Annotated[str, Field(pattern=SHAPE)]

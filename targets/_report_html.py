@@ -135,9 +135,19 @@ def _decision(plan: Plan) -> list[str]:
     rows = _slo_rows(plan)
     classes = ["miss" if r[3] == "missed" else "" for r in rows]
     out.append(_table(["metric", "predicted", "SLO", ""], rows, {1, 2}, classes))
+    out += _isolated(plan)
     out += _layouts(plan)
     out += _considered(plan)
     return out
+
+
+def _isolated(plan: Plan) -> list[str]:
+    """Each pinned operating point's role alone (plan.prediction.isolated)."""
+    rows = plan.prediction.isolated
+    if not rows:
+        return []
+    return ["<h3>Phase-isolated</h3>", f"<p>{escape(rows[0].HEADING)}.</p>",
+            "<ul>", *(f"<li>{escape(r.summary())}</li>" for r in rows), "</ul>"]
 
 
 def _by_group(plan: Plan) -> list[tuple[str | None, Predicted]]:

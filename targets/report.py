@@ -46,6 +46,7 @@ def performance_md(plan: Plan) -> str:
         lines.append(f"| {i.id} | {i.role} | {i.shape} | {', '.join(i.trays)} | "
                      f"{i.max_batch} | {i.gpu_memory_utilization:.2f} |")
     lines += slo_md(plan)
+    lines += isolated_md(plan)
     lines += layouts_md(plan)
     lines += fallbacks_md(plan)
     lines += before_you_deploy_md(plan)
@@ -144,6 +145,15 @@ def slo_md(plan: Plan) -> list[str]:
     return ["", "## SLOs", "", "| SLO | target | predicted | |", "|---|---|---|---|",
             *(f"| {c.field} | {c.target:g} | {c.predicted:g} | {'met' if c.met else 'missed'} |"
               for c in checks)]
+
+
+def isolated_md(plan: Plan) -> list[str]:
+    """Each pinned operating point's role alone (plan.prediction.isolated)."""
+    rows = plan.prediction.isolated
+    if not rows:
+        return []
+    return ["", "## Phase-isolated", "", rows[0].HEADING + ".",
+            "", *(f"- {r.summary()}" for r in rows)]
 
 
 def _balance_lines(b: dict | None) -> list[str]:
