@@ -8,7 +8,8 @@ by the same rules (a `rule:engine-release` decision says why), or a refusal that
 releases and the fact. Serving-wide settings (attention backend and kernel block, linear
 backend, speculative options, the checkpoint's FP4 format, the KV connectors) are not
 re-picked: the router and every instance share them, so a release that lacks one refuses; so
-does one whose memory, Engram or pipeline facts differ, since the plan was sized by them.
+does one whose memory, Engram or pipeline facts differ, since the plan was sized by them, and
+for an instance that offloads weights, one whose offload facts differ or lack its backend.
 """
 
 import dataclasses
@@ -101,6 +102,30 @@ def _connector_refusal(instance: Instance, plan: Vllm, run: Vllm) -> str | None:
     return None
 
 
+def _offload_refusal(instance: Instance, plan: Vllm, run: Vllm) -> str | None:
+    """An instance that offloads weights runs only where the release has its backend and
+    offloads, schedules and buffers as the plan's release does (the plan was sized and timed
+    by those facts)."""
+    o = instance.weight_offload
+    if o is None:
+        return None
+    if o.backend not in run.offload.backends.value:
+        return (f"instances[{instance.id}] offloads weights with the {o.backend} backend, which "
+                f"vLLM {run.version} lacks ({run.offload.backends.source}); "
+                f"{_versions(plan, run)}")
+    ours, theirs = (v.offload.model_dump(mode="json") for v in (plan, run))
+    for key in sorted(ours):
+        if key != "backends" and _values(ours[key]) != _values(theirs[key]):
+            return (f"instances[{instance.id}] offloads weights, and vLLM {run.version}'s "
+                    f"offload.{key} is not the plan's; {_versions(plan, run)}")
+    return None
+
+
+def _values(fact: dict) -> object:
+    """A fact's value, or each value of a table of facts."""
+    return fact["value"] if "value" in fact else {k: v["value"] for k, v in fact.items()}
+
+
 def instance_kernels(r: Resolved, run: Vllm, instance: Instance, family: str, moe: bool,
                      multi: bool
                      ) -> tuple[ReleaseKernels | None, list[Choice], str | None]:
@@ -162,7 +187,7 @@ def release_run(inputs: "Inputs", target: str, version: str,
         multi = is_multi_node_nvlink(system, len(i.trays))
         k, changed, refused = instance_kernels(r, run, i, system.gpu.family,
                                                model.moe is not None, multi)
-        refused = refused or _connector_refusal(i, plan, run)
+        refused = refused or _connector_refusal(i, plan, run) or _offload_refusal(i, plan, run)
         kernels += [k] if k else []
         decisions += [Decision(path=f"site.engines.{target}.kernels[{i.id}].{c.path}",
                                value=str(c.value), source=RULE, why=c.why) for c in changed]

@@ -4,11 +4,11 @@ allocates to pods.
 Per tray: the Mooncake DRAM segment (the store registers it with the NIC: pinned), the Engram
 tables of instances that read them from host memory (one copy per instance and node when its
 DP ranks share them, `dp_shared_memory`; a TP instance's ranks hold their TP shards), the
-weights each rank offloads (`--cpu-offload-gb`, pinned for UVA reads), each engine rank's
-process and the store client's transfer buffer, the node's reserve (capacity less allocatable:
-the kubelet's reserves and the GPU nodes' DaemonSets), and up to a GiB per pod, since a pod
-requests whole GiB (compiler.site). The pool segment takes what is left, at most the
-deployment's `dram_fraction`.
+weights each rank offloads (Instance.weight_offload: pinned, for UVA reads or prefetch
+copies), each engine rank's process and the store client's transfer buffer, the node's reserve
+(capacity less allocatable: the kubelet's reserves and the GPU nodes' DaemonSets), and up to a
+GiB per pod, since a pod requests whole GiB (compiler.site). The pool segment takes what is
+left, at most the deployment's `dram_fraction`.
 """
 
 from dataclasses import dataclass
@@ -52,7 +52,7 @@ def tray_loads(inputs: Inputs, instances: list[Instance]) -> dict[str, TrayLoad]
             on_tray = ranks_on(inst, tray)
             ranks[tray] = ranks.get(tray, 0) + on_tray
             engram[tray] = engram.get(tray, 0.0) + engram_share_gib(tables, inst, on_tray)
-            weights[tray] = weights.get(tray, 0.0) + on_tray * inst.cpu_offload_gib
+            weights[tray] = weights.get(tray, 0.0) + on_tray * inst.offload_gib
             pods[tray] = pods.get(tray, 0) + 1
             kinds.setdefault(tray, set()).add(f"{inst.role}/{inst.shape}")
     return {t: TrayLoad(n, engram.get(t, 0.0), weights[t], pods[t], tuple(sorted(kinds[t])))

@@ -1,16 +1,19 @@
 """Pass 1's cross-field rules: what one input says against another, or against the model,
 that no schema can (the model's attention layout, the requests' lengths within its context,
-speculative decoding against its draft layers, the pool, expert options, pins). Each problem is
-a diagnostic at the field that states it; `compiler.load` collects them all.
+speculative decoding against its draft layers, the pool, expert options, weight offload,
+pins). Each problem is a diagnostic at the field that states it; `compiler.load` collects
+them all.
 """
 
 from compiler import catalog
 from compiler.catalog.system import System
 from compiler.resolve import PinnedPoint, pinned_point
 from schemas import DeploymentV1, ModelV1
-from schemas.deployment import MAX_BATCHED_TOKENS, PinnedInstances
+from schemas.deployment import MAX_BATCHED_TOKENS, PinnedInstances, WeightOffload
 from schemas.diagnostics import Diagnostic
 from schemas.source import PathKey, SourceMap, format_path
+
+ROLES = ("prefill", "decode", "aggregated")
 
 
 def diag(src: SourceMap, path: PathKey, code: str, expected: str, got: str, hint: str,
@@ -96,11 +99,11 @@ def _check_images(w, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
 
 def check_serving(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
     """The deployment's cross-field rules against the model: lengths, images, speculative
-    decoding, the pool, expert options and pinned batch limits."""
+    decoding, the pool, expert options, weight offload and pinned batch limits."""
     return [*_check_lengths(dep, model, src), *_check_images(dep.spec.workload, model, src),
             *_check_speculative(dep, model, src), *_check_pool(dep, src),
-            *_check_experts(dep, model, src), *_check_pin_limits(dep, src),
-            *_check_operating_points(dep, model, src)]
+            *_check_experts(dep, model, src), *_check_offload(dep, model, src),
+            *_check_pin_limits(dep, src), *_check_operating_points(dep, model, src)]
 
 
 def _check_lengths(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
@@ -167,28 +170,107 @@ def _check_experts(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Di
                          "redundant experts for a mixture-of-experts model",
                          str(serving.redundant_experts),
                          f"{mspec.architecture} has no routed experts: remove the field"))
-    offload = serving.weight_offload
-    if offload and offload.experts_only and mspec.moe is None:
-        out.append(diag(src, ("spec", "serving", "weight_offload", "experts_only"), "E105",
-                         "expert offload for a mixture-of-experts model", "true",
-                         f"{mspec.architecture} has no routed experts: set `experts_only: "
-                         "false`"))
     return out
 
 
+def _written_offloads(dep: DeploymentV1) -> list[tuple[PathKey, WeightOffload]]:
+    """Every weight offload the deployment writes, with its path: the deployment-wide one, each
+    role's and each pinned entry's."""
+    s = dep.spec.serving
+    out: list[tuple[PathKey, WeightOffload]] = []
+    if s.weight_offload:
+        out.append((("spec", "serving", "weight_offload"), s.weight_offload))
+    for role in ROLES:
+        given = getattr(s.weight_offload_per_role, role, None)
+        if given:
+            out.append((("spec", "serving", "weight_offload_per_role", role), given))
+    out += [(("spec", "objective", "instances", j, "weight_offload"), pin.weight_offload)
+            for j, pin in enumerate(dep.spec.objective.instances) if pin.weight_offload]
+    return out
+
+
+PREFETCH_ONLY = ("group_size", "num_in_group", "prefetch_step")
+
+
+def _check_offload(dep: DeploymentV1, model: ModelV1, src: SourceMap) -> list[Diagnostic]:
+    """Each written offload names what its backend needs and nothing it ignores; vLLM refuses
+    num_in_group above group_size (config/offload.py validate_offload_config)."""
+    out = []
+    for path, o in _written_offloads(dep):
+        given = [name for name in ("gib_per_gpu", "experts_only", *PREFETCH_ONLY)
+                 if (*path, name) in src.values]
+        if o.backend == "none":
+            out += [diag(src, (*path, name), "E105", "nothing beside `backend: none`", name,
+                         "remove it, or choose backend uva or prefetch", key=True)
+                    for name in given]
+            continue
+        if o.experts_only and model.spec.moe is None:
+            out.append(diag(src, (*path, "experts_only"), "E105",
+                            "expert offload for a mixture-of-experts model", "true",
+                            f"{model.spec.architecture} has no routed experts: set "
+                            "`experts_only: false`"))
+        out += _check_uva(o, path, src) if o.backend == "uva" else \
+            _check_prefetch(o, path, model, src)
+    return out
+
+
+def _check_uva(o: WeightOffload, path: PathKey, src: SourceMap) -> list[Diagnostic]:
+    out = [diag(src, (*path, name), "E105", f"{name} only with backend prefetch", name,
+                "set `backend: prefetch`, or remove it", key=True)
+           for name in PREFETCH_ONLY if getattr(o, name) is not None]
+    if o.gib_per_gpu is None:
+        out.append(diag(src, path, "E102", "gib_per_gpu with backend uva", "no gib_per_gpu",
+                        "add `gib_per_gpu:` (GiB of each GPU's weights kept in host memory)",
+                        key=True))
+    return out
+
+
+def _check_prefetch(o: WeightOffload, path: PathKey, model: ModelV1,
+                    src: SourceMap) -> list[Diagnostic]:
+    if o.gib_per_gpu is None and o.group_size is None:
+        return [diag(src, path, "E102", "gib_per_gpu or group_size with backend prefetch",
+                     "neither", "give gib_per_gpu (rackc picks the layer groups) or "
+                     "group_size", key=True)]
+    if o.gib_per_gpu is not None and o.group_size is not None:
+        return [diag(src, (*path, "group_size"), "E105", "gib_per_gpu or group_size, not both",
+                     "both", "rackc picks the groups from gib_per_gpu; remove one", key=True)]
+    if o.group_size is None:
+        return [] if o.num_in_group is None else [
+            diag(src, (*path, "num_in_group"), "E105", "num_in_group beside group_size",
+                 "num_in_group with gib_per_gpu", "rackc picks both from gib_per_gpu; "
+                 "give group_size instead of gib_per_gpu to choose them", key=True)]
+    if o.group_size > model.spec.layers:
+        return [diag(src, (*path, "group_size"), "E104",
+                     f"at most the model's {model.spec.layers} layers", str(o.group_size),
+                     "a longer group offloads no layer")]
+    if (o.num_in_group or 1) > o.group_size:
+        return [diag(src, (*path, "num_in_group"), "E104",
+                     f"at most group_size ({o.group_size})", str(o.num_in_group),
+                     "vLLM offloads the last num_in_group layers of each group")]
+    return []
+
+
 def _check_pin_limits(dep: DeploymentV1, src: SourceMap) -> list[Diagnostic]:
-    """Instances of one role and shape share one engine configuration."""
+    """Instances of one role and shape share one engine configuration: batch limits and
+    weight offload."""
     out = []
     limits: dict[tuple[str, str], tuple] = {}
+    offloads: dict[tuple[str, str], WeightOffload | None] = {}
+    hint = ("instances of one role and shape share one engine configuration: give them the "
+            "same {}, or merge the entries")
     for j, pin in enumerate(dep.spec.objective.instances):
         mine = (pin.max_batch, pin.max_batched_tokens)
         if limits.setdefault((pin.role, pin.shape), mine) != mine:
             out.append(diag(src, ("spec", "objective", "instances", j), "E105",
                              f"the batch limits of the other {pin.role} {pin.shape} entry",
                              f"max_batch {pin.max_batch}, max_batched_tokens "
-                             f"{pin.max_batched_tokens}",
-                             "instances of one role and shape share one engine "
-                             "configuration: give them the same limits, or merge the entries"))
+                             f"{pin.max_batched_tokens}", hint.format("limits")))
+        if offloads.setdefault((pin.role, pin.shape), pin.weight_offload) != pin.weight_offload:
+            out.append(diag(src, ("spec", "objective", "instances", j, "weight_offload"), "E105",
+                             f"the weight offload of the other {pin.role} {pin.shape} entry",
+                             str(pin.weight_offload.model_dump(exclude_defaults=True))
+                             if pin.weight_offload else "none",
+                             hint.format("weight_offload")))
     return out
 
 

@@ -49,6 +49,8 @@ class Inputs:
     # perf contexts built for these inputs (compiler.perf.predict.context), so that the
     # candidates, the prediction, its curve and the simulator share their step memos
     perf_contexts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # each role and shape's weight offload (compiler.offload.of), computed once
+    offloads: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def model_name(self) -> str:

@@ -2,13 +2,13 @@
 
 import networkx as nx
 
-from compiler import arch, deploy, engine_policy, graph, site
+from compiler import arch, deploy, engine_policy, graph, offload, site
 from compiler.decisions import decisions
 from compiler.engine_releases import release_run
 from compiler.host_memory import host_memory
 from compiler.ids import instance_id, natural, parse_instance
 from compiler.load import Inputs
-from compiler.memory import offload_gib, utilization
+from compiler.memory import utilization
 from compiler.plan import (
     Considered,
     Decision,
@@ -30,6 +30,7 @@ from compiler.plan import (
     SolverInfo,
     Speculative,
     Tray,
+    WeightOffload,
 )
 from compiler.resolve import Choice
 from compiler.shapes import Shape, stage_layers
@@ -121,14 +122,18 @@ def _engine(inputs: Inputs, role: str, shape: Shape, pipelined: bool
     engram = r.engram_prefill if role == "prefill" else r.engram_decode
     connectors = engine_policy.kv_connectors(r.engines.vllm, role, r.kv_pool_dram.value,
                                              pipelined)
-    offload = r.weight_offload
     fields = {"all2all_backend": policy.all2all_backend,
               "moe_backend": policy.moe_backend.value, "engram": engram.value,
               "env": dict(sorted(policy.env.value.items())), "kv_connectors": connectors.value,
-              "connector_env": engine_policy.connector_env(r.engines.vllm, connectors.value),
-              "cpu_offload_gib": offload_gib(inputs, shape),
-              "cpu_offload_params": ["experts"] if offload and offload.experts_only else []}
-    return fields, [*choices, connectors]
+              "connector_env": engine_policy.connector_env(r.engines.vllm, connectors.value)}
+    off, ask = offload.of(inputs, role, shape), r.offload_ask(role, shape.name)
+    if off is None or ask is None:
+        return fields, [*choices, connectors]
+    fields["weight_offload"] = WeightOffload(
+        backend=off.backend, gib_per_gpu=off.host_gib, params=off.params,
+        group_size=off.group_size, num_in_group=off.num_in_group,
+        prefetch_step=off.prefetch_step, buffer_gib=off.buffer_gib)
+    return fields, [*choices, connectors, offload.decision(off, ask, r.engines.vllm.offload)]
 
 
 def _instances(inputs: Inputs, sol: Solution, g: nx.Graph

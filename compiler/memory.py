@@ -5,8 +5,10 @@ vLLM 0.33 sizes its KV cache inside `--gpu-memory-utilization x HBM`, a budget t
 the memory free when the worker takes its snapshot (after CUDA and NCCL are up), and NIXL
 registers after the profile run; so those stay outside (`reserved_gib`). Inside: weights, the
 Engram shard when in HBM, the workspace (activations, DeepEP buffers, vLLM's 150 MiB margin),
-then KV. Weights offloaded to host memory (`serving.weight_offload`, vLLM's UVA offload) leave
-the budget: they are pinned in the tray's DRAM (compiler.host_memory). Expert weights and the
+then KV. Weights an instance offloads to host memory (compiler.offload: its role's or pinned
+entry's `weight_offload`) leave the budget: they are pinned in the tray's DRAM
+(compiler.host_memory); the prefetch backend's GPU buffers, allocated with the weights, stay
+in it. Expert weights and the
 LM head are split die-local by output columns, so on a GPU with several memory domains each
 domain holds an equal share (SYSTEM.md, memory placement).
 
@@ -23,7 +25,7 @@ rest of their KV budget unused.
 import math
 from dataclasses import dataclass
 
-from compiler import arch, engine_policy
+from compiler import arch, engine_policy, offload
 from compiler.shapes import Shape, stage_layer_mix
 from schemas.model import ModelSpec
 
@@ -48,7 +50,7 @@ class GpuBudget:
     workspace_gib: float
     kv_min_gib: float  # one maximum-length request
     pool_in_hbm: bool  # the spare HBM is lent to the KV pool instead of the KV cache
-    offload_gib: float = 0.0  # weights in pinned host memory, read over the GPU-CPU link
+    offload_gib: float = 0.0  # weights in pinned host memory (compiler.offload)
     kv_token_bytes: float = 0.0  # KV per token of context on this GPU (its stage's layers)
     kv_window_bytes: float = 0.0  # KV per request of its sliding-window layers (whole window)
 
@@ -144,19 +146,6 @@ def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = Fa
     return out
 
 
-def offload_gib(inputs, shape: Shape) -> float:
-    """Weights per GPU that `serving.weight_offload` keeps in host memory: what it asks for, at
-    most the offloadable weights (routed experts only, or all). vLLM offloads whole parameters in
-    load order until `--cpu-offload-gb` is reached (vllm/model_executor/offloader/uva.py), so
-    the last one may take up to one layer's tensor more from HBM to host than this."""
-    asked = inputs.resolved.weight_offload
-    if asked is None:
-        return 0.0
-    r = inputs.resolved
-    experts, rest = weight_parts_gib(inputs.model.spec, shape, r.uses_draft, r.loads_vision)
-    return round(min(asked.gib_per_gpu, experts if asked.experts_only else experts + rest), 3)
-
-
 def kv_bytes_per_token_per_gpu(model: ModelSpec, shape: Shape, kv_dtype: str) -> float:
     """A request's KV lives on its DP rank; under TP, GQA heads split (replicated past kv_heads)
     while an MLA latent is replicated on every rank (REFERENCE-DATA.md B2)."""
@@ -201,19 +190,20 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
     engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
     buffers = engine_policy.of(inputs, role, shape).buffers_gib
     workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
-    offload = offload_gib(inputs, shape)
+    off = offload.of(inputs, role, shape)
+    held = off.stages if off else [offload.StageOffload(0, 0.0)] * shape.pp
     full, sliding = model.layers - model.attention.sliding_layers, model.attention.sliding_layers
     out = []
-    for (n, _, w), parts in zip(stage_layer_mix(model, shape.pp),
-                                stage_weight_parts_gib(model, shape, r.uses_draft,
-                                                       r.loads_vision), strict=True):
+    for (n, _, w), parts, away in zip(stage_layer_mix(model, shape.pp),
+                                      stage_weight_parts_gib(model, shape, r.uses_draft,
+                                                             r.loads_vision), held, strict=True):
         share = (n - w) / full if shape.pp > 1 and full else 1.0  # of the full layers' KV
         window_share = w / sliding if shape.pp > 1 and sliding else 1.0
         kv = per_token * share * r.max_model_len.value + window * window_share
         out.append(GpuBudget(
             capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
-            weights_gib=sum(parts) - min(offload, sum(parts)),
+            weights_gib=sum(parts) - min(away.host_gib, sum(parts)) + away.buffer_gib,
             engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
-            pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=offload,
+            pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=away.host_gib,
             kv_token_bytes=per_token * share, kv_window_bytes=window * window_share))
     return out

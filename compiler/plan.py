@@ -139,9 +139,26 @@ class RankGroup(OmitsOptional):
         return self.index == 0
 
 
+class WeightOffload(OmitsOptional):
+    """Decoder weights an instance keeps in pinned host memory (compiler.offload): `uva`
+    (`--cpu-offload-gb`) reads them over the GPU-CPU link on every use; `prefetch`
+    (`--offload-backend prefetch`) copies the last `num_in_group` of every `group_size`
+    layers into GPU buffers `prefetch_step` offloaded layers ahead."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("params", "group_size", "num_in_group",
+                                           "prefetch_step", "buffer_gib")
+
+    backend: Literal["uva", "prefetch"]
+    gib_per_gpu: float  # in host memory, per GPU of the heaviest pipeline stage
+    params: list[str] = []  # parameter-name segments offloaded (empty: any)
+    group_size: int = 0  # prefetch
+    num_in_group: int = 0
+    prefetch_step: int = 0
+    buffer_gib: float = 0.0  # prefetch: GPU buffers per GPU, inside the memory budget
+
+
 class Instance(OmitsOptional):
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("cpu_offload_gib", "cpu_offload_params", "group",
-                                           "pp", "stage_layers")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("weight_offload", "group", "pp", "stage_layers")
 
     id: str  # {role}-{index:02d}
     role: Role
@@ -160,15 +177,17 @@ class Instance(OmitsOptional):
     env: dict[str, str]  # what its engines need beyond the shared environment
     kv_connectors: list[str]  # in MultiConnector order; empty: no KV transfer
     connector_env: list[str]  # variables the connectors read, set by each target
-    # weights per GPU in pinned host memory (vLLM --cpu-offload-gb), and which parameters
-    # (--cpu-offload-params; empty: any)
-    cpu_offload_gib: float = 0.0
-    cpu_offload_params: list[str] = []
+    weight_offload: WeightOffload | None = None  # None: every weight in HBM
     group: str | None = None  # a mixed fleet's group that holds it (absent otherwise)
     pp: int = 1  # pipeline stages (vLLM --pipeline-parallel-size; absent when 1)
     stage_layers: list[int] = []  # decoder layers per stage, as vLLM splits them (with pp > 1)
     rank_groups: list[RankGroup] = []  # one per tray, in rank order (compiler.deploy)
     workload: str = ""  # its Kubernetes workload's DNS label: DGD component, LWS (deploy)
+
+    @property
+    def offload_gib(self) -> float:
+        """Weights per GPU in pinned host memory (0: none)."""
+        return self.weight_offload.gib_per_gpu if self.weight_offload else 0.0
 
 
 class DomainMemory(Frozen):
@@ -191,7 +210,7 @@ class HostMemory(OmitsOptional):
     process_gib: float  # engine processes and the store clients' transfer buffers
     reserved_gib: float  # not allocatable: the kubelet's reserves, DaemonSets (site.host)
     capacity_gib: float
-    weights_gib: float = 0.0  # weights offloaded from the tray's GPUs (serving.weight_offload)
+    weights_gib: float = 0.0  # weights offloaded from the tray's GPUs (Instance.weight_offload)
 
 
 class EngramShard(Frozen):

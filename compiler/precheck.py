@@ -78,22 +78,24 @@ def precheck_counts(inputs: Inputs, available: int) -> Precheck:
 
 
 def _check_offload(inputs: Inputs) -> list[Diagnostic]:
-    """Every GPU of a tray may offload what serving.weight_offload asks for: that must fit in
-    the tray's DRAM beside the node reserve and the engine processes (compiler.host_memory)."""
-    asked = inputs.resolved.weight_offload
-    if asked is None:
-        return []
+    """Every GPU of a tray may offload what a weight offload asks for: that must fit in the
+    tray's DRAM beside the node reserve and the engine processes (compiler.host_memory). A
+    prefetch offload given as layer groups is sized per shape: the host budget holds it."""
     r, gpus = inputs.resolved, inputs.system.gpus_per_tray
     room = r.dram_gib_per_tray.value - r.host.reserved_gib - gpus * r.host.process_gib_per_rank
-    if gpus * asked.gib_per_gpu <= room:
-        return []
     src = inputs.sources["deployment"]
-    path = ("spec", "serving", "weight_offload", "gib_per_gpu")
-    pos = src.locate(path)
-    return [Diagnostic("error", "E303", src.file, pos.line, pos.column, format_path(path),
-                       f"at most {room / gpus:.1f} GiB per GPU ({gpus} GPUs share "
-                       f"{room:.1f} GiB of a tray's DRAM)", f"{asked.gib_per_gpu:g}",
-                       "offload less, or only the experts the HBM cannot hold")]
+    out = []
+    asks = {c.value.field: c.value for c in r.weight_offload if c.value is not None}
+    for field, ask in sorted(asks.items(), key=lambda kv: str(kv[0])):
+        if ask.gib_per_gpu is None or gpus * ask.gib_per_gpu <= room:
+            continue
+        path = (*field, "gib_per_gpu")
+        pos = src.locate(path)
+        out.append(Diagnostic("error", "E303", src.file, pos.line, pos.column, format_path(path),
+                              f"at most {room / gpus:.1f} GiB per GPU ({gpus} GPUs share "
+                              f"{room:.1f} GiB of a tray's DRAM)", f"{ask.gib_per_gpu:g}",
+                              "offload less, or only the experts the HBM cannot hold"))
+    return out
 
 
 def _check_operating_points(inputs: Inputs, fits: list[ShapeFit]) -> list[Diagnostic]:

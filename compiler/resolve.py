@@ -49,6 +49,27 @@ class Choice(Generic[T]):
 
 
 @dataclass(frozen=True)
+class OffloadAsk:
+    """What the deployment asks one role (or the pinned instances of one role and shape) to
+    offload; compiler.offload turns it into each instance's offload."""
+
+    backend: str  # uva | prefetch
+    gib_per_gpu: float | None
+    experts_only: bool
+    group_size: int | None
+    num_in_group: int | None
+    prefetch_step: int | None
+    field: tuple[str | int, ...]  # where the deployment writes it
+
+    def __str__(self) -> str:
+        parts = [self.backend] + [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                  for k in ("gib_per_gpu", "group_size", "num_in_group",
+                                            "prefetch_step")
+                                  if (v := getattr(self, k)) is not None]
+        return " ".join(parts + (["experts only"] if self.experts_only else []))
+
+
+@dataclass(frozen=True)
 class HostReserve:
     """Host memory that is not the pool's, per tray (GiB)."""
 
@@ -135,7 +156,9 @@ class Resolved:
     routing_policy: Choice[str]
     overlap_score_credit: float
     speculative: Speculative | None
-    weight_offload: WeightOffload | None
+    # per role (`weight_offload.<role>`), then per pinned role and shape
+    # (`weight_offload.<role>.<shape>`); empty when the deployment offloads nothing
+    weight_offload: tuple[Choice[OffloadAsk | None], ...]
     host_reserved_gib: Choice[float]  # per tray, not allocatable to pods
     host: HostReserve
     uses_draft: bool
@@ -166,6 +189,12 @@ class Resolved:
     @property
     def loads_vision(self) -> bool:
         return self.language_model_only is not None and not self.language_model_only.value
+
+    def offload_ask(self, role: str, shape: str) -> OffloadAsk | None:
+        """What instances of `role` and `shape` are asked to offload (None: nothing)."""
+        by_path = {c.path: c.value for c in self.weight_offload}
+        return by_path.get(f"weight_offload.{role}.{shape}", by_path.get(
+            f"weight_offload.{role}"))
 
     def engram_in_hbm(self, role: str) -> bool:
         placement = self.engram_prefill if role == "prefill" else self.engram_decode
@@ -291,7 +320,7 @@ def _deployment(dep: DeploymentV1, src: SourceMap) -> dict:
         routing_policy=_user(src, "serving.routing", s.routing.policy,
                              "KV-aware routing: least uncached work (SYSTEM.md)"),
         overlap_score_credit=s.routing.overlap_score_credit,
-        speculative=s.speculative, weight_offload=s.weight_offload,
+        speculative=s.speculative, weight_offload=_weight_offload(dep),
         site=dep.spec.site, name=dep.metadata.name, namespace=s.namespace,
         vllm_version=s.vllm_version)
 
@@ -320,6 +349,51 @@ def _pins(entries: list[PinnedInstances], draft_tokens: int) -> dict:
     return {"pins": tuple(pins), "operating_points": tuple(points)}
 
 
+def _offload_choice(path: str, given: WeightOffload | None, field: tuple[str | int, ...],
+                    why: str) -> Choice[OffloadAsk | None]:
+    if given is None or given.backend == "none":
+        return Choice(path, None, "user" if given else "default",
+                      f"backend none ({why})" if given else why)
+    return Choice(path, OffloadAsk(given.backend, given.gib_per_gpu, given.experts_only,
+                                   given.group_size, given.num_in_group, given.prefetch_step,
+                                   field), "user", why)
+
+
+def _weight_offload(dep: DeploymentV1) -> tuple[Choice[OffloadAsk | None], ...]:
+    """Each role's offload (its own, else the deployment-wide one), for the roles the layout
+    may use, and each pinned entry's own; nothing when the deployment offloads nothing."""
+    s, objective = dep.spec.serving, dep.spec.objective
+    pinned = [(j, p) for j, p in enumerate(objective.instances) if p.weight_offload]
+    if not (s.weight_offload or s.weight_offload_per_role or pinned):
+        return ()
+    roles = sorted({p.role for p in objective.instances}) if objective.mode == "pinned" else \
+        LAYOUT_ROLES[objective.layout if objective.mode != "latency" else "disaggregated"]
+    out = []
+    for role in roles:
+        own = getattr(s.weight_offload_per_role, role, None)
+        if own is not None:
+            out.append(_offload_choice(f"weight_offload.{role}", own,
+                                       ("spec", "serving", "weight_offload_per_role", role),
+                                       f"serving.weight_offload_per_role.{role}"))
+        else:
+            out.append(_offload_choice(
+                f"weight_offload.{role}", s.weight_offload,
+                ("spec", "serving", "weight_offload"),
+                "serving.weight_offload, every role's" if s.weight_offload
+                else f"no weight offload asked for {role}"))
+    seen = set()
+    for j, pin in pinned:
+        if (pin.role, pin.shape) not in seen:  # entries of one role and shape agree (load)
+            seen.add((pin.role, pin.shape))
+            out.append(_offload_choice(f"weight_offload.{pin.role}.{pin.shape}",
+                                       pin.weight_offload,
+                                       ("spec", "objective", "instances", j, "weight_offload"),
+                                       f"objective.instances[{j}].weight_offload"))
+    return tuple(out)
+
+
+LAYOUT_ROLES = {"any": ("aggregated", "decode", "prefill"),
+                "disaggregated": ("decode", "prefill"), "aggregated": ("aggregated",)}
 WORKLOAD_FIELDS = ("isl", "osl", "isl_cv", "osl_cv", "concurrency", "prefix_reuse",
                    "shared_prefix_tokens", "sessions")
 

@@ -162,7 +162,7 @@ def _pod(cfg: spec.Site, hardware: Hardware, host: HostReserve, tables_gib: floa
     shm = cfg.host.shm_gib + (engram if instance.dp > 1 else 0.0)
     buffer = host.mooncake_buffer_gib_per_rank if pool else 0.0
     memory = per_node * (host.process_gib_per_rank + buffer + per_rank / GIB
-                         + instance.cpu_offload_gib) + engram
+                         + instance.offload_gib) + engram
     rdma = cfg.rdma.transport == "rdma"
     # the pod's share of the tray's devices, rounded down so that the pods of a tray together
     # ask no more than it has; at least one (fewer devices than pods: E824 refuses the bundle)

@@ -13,6 +13,7 @@ from schemas.base import (
     bounded,
     positive,
 )
+from schemas.model import LAYERS
 from schemas.site import Site
 
 Role = Literal["prefill", "decode", "aggregated"]
@@ -72,6 +73,45 @@ class OperatingPoint(StrictModel):
                           "(its KV read, not computed); default 0")
 
 
+class WeightOffload(StrictModel):
+    """Keep part of each GPU's decoder weights in pinned host memory, so that a model too large
+    for HBM still fits. Backend `uva` (vLLM --cpu-offload-gb): the kernels read the offloaded
+    weights over the GPU-CPU link (NVLink-C2C or PCIe) on every use, in every forward pass.
+    Backend `prefetch` (--offload-backend prefetch): the last `num_in_group` of every
+    `group_size` decoder layers live in host memory, and each is copied into a GPU buffer
+    `prefetch_step` offloaded layers ahead, while the layers between compute: the copy costs
+    only what that compute does not hide, and the buffers take HBM. `none`: no offload (for a
+    role or pinned entry under a deployment-wide offload)."""
+
+    backend: Literal["uva", "prefetch", "none"] = Field(
+        "uva", description="uva (read over the link on every use), prefetch (copied a few "
+                           "layers ahead) or none")
+    gib_per_gpu: Annotated[float, positive(4096)] | None = Field(
+        None, description="Weights per GPU kept in host memory. uva: required (at most the "
+                          "offloadable weights); prefetch: rackc picks the layer groups that "
+                          "offload at least this much (or give group_size instead)")
+    experts_only: bool = Field(
+        False, description="Offload only routed-expert weights (vLLM --cpu-offload-params / "
+                           "--offload-params experts); default: any weights")
+    group_size: Annotated[int, bounded(LAYERS)] | None = Field(
+        None, description="prefetch: offload the last num_in_group of every group_size decoder "
+                          "layers (vLLM --offload-group-size)")
+    num_in_group: Annotated[int, bounded(LAYERS)] | None = Field(
+        None, description="prefetch, with group_size: layers offloaded per group (default 1, "
+                          "at most group_size)")
+    prefetch_step: Annotated[int, bounded(LAYERS)] | None = Field(
+        None, description="prefetch: offloaded layers copied ahead, each with its own GPU "
+                          "buffer (default 1)")
+
+
+class RoleOffload(StrictModel):
+    """Weight offload per role; each replaces serving.weight_offload for its role."""
+
+    prefill: WeightOffload | None = None
+    decode: WeightOffload | None = None
+    aggregated: WeightOffload | None = None
+
+
 class PinnedInstances(StrictModel):
     role: Role
     shape: str = Field(pattern=SHAPE)
@@ -87,6 +127,9 @@ class PinnedInstances(StrictModel):
                           "the serving figures (prefill or decode entries, one per role); its "
                           "batch and step tokens are the entry's max_batch and "
                           "max_batched_tokens where those are left out")
+    weight_offload: WeightOffload | None = Field(
+        None, description="These instances' weight offload (default: their role's); entries "
+                          "of one role and shape share one")
 
 
 ShapeName = Annotated[str, Field(pattern=SHAPE)]
@@ -154,22 +197,13 @@ class Checkpoint(StrictModel):
         None, description="Routed expert weights (default: the Model's)")
 
 
-class WeightOffload(StrictModel):
-    """Keep part of each GPU's weights in pinned host memory (vLLM --cpu-offload-gb, its UVA
-    backend): the kernels read them over the GPU-CPU link (NVLink-C2C or PCIe) in every
-    forward pass, so a model too large for HBM still fits, at the link's speed."""
-
-    gib_per_gpu: Annotated[float, positive(4096)] = Field(
-        description="Weights per GPU kept in host memory (at most what the GPU holds)")
-    experts_only: bool = Field(
-        False, description="Offload only routed-expert weights (vLLM --cpu-offload-params "
-                           "experts); default: any weights, in load order")
-
-
 class Serving(StrictModel):
     speculative: Speculative | None = None
     checkpoint: Checkpoint | None = None
-    weight_offload: WeightOffload | None = None
+    weight_offload: WeightOffload | None = Field(
+        None, description="Every role's weight offload (a role's own in "
+                          "weight_offload_per_role, or a pinned entry's own, replaces it)")
+    weight_offload_per_role: RoleOffload | None = None
     redundant_experts: Annotated[int, bounded(4096, least=0)] | None = Field(
         None, description="EPLB: extra expert replicas over the EP ranks (vLLM --enable-eplb), "
                           "e.g. 32 so that EP48 serves 256 experts (default: the Model's, 0)")

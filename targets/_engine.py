@@ -11,7 +11,8 @@ its own, with that release's kernels where the plan records them: compiler.engin
 - the plan's batch limits, context length, KV dtype and block size, and the memory budget;
 - the KV connector (NIXL for P/D, plus the Mooncake store when the plan has a pool), speculative
   decoding and Engram placement;
-- weights offloaded to host memory (`--cpu-offload-gb`, optionally `--cpu-offload-params`).
+- weights offloaded to host memory, per instance (`--offload-backend uva` with
+  `--cpu-offload-gb`, or `prefetch` with its layer groups; optionally the parameters).
 The per-node launch flags (which ranks run where) are `multinode_flags`.
 """
 
@@ -129,6 +130,21 @@ def engram_config(plan: Plan, instance: Instance, version: str) -> dict | None:
     return {"cpu_offload": False, "embedding_across_dp": instance.dp > 1}
 
 
+def offload_flags(instance: Instance) -> list[str]:
+    """The instance's weight offload, its backend named (vLLM's `auto` would pick it from the
+    other flags): UVA's size and parameters, or the prefetch groups and parameters."""
+    o = instance.weight_offload
+    if o is None:
+        return []
+    if o.backend == "uva":
+        return ["--offload-backend", "uva", "--cpu-offload-gb", f"{o.gib_per_gpu:g}",
+                *(["--cpu-offload-params", *o.params] if o.params else [])]
+    return ["--offload-backend", "prefetch", "--offload-group-size", str(o.group_size),
+            "--offload-num-in-group", str(o.num_in_group),
+            "--offload-prefetch-step", str(o.prefetch_step),
+            *(["--offload-params", *o.params] if o.params else [])]
+
+
 def engine_args(plan: Plan, component: Component, target: str) -> list[str]:
     """Everything after `vllm serve MODEL` (or `dynamo.vllm --model MODEL`) except the
     per-node launch flags, for the vLLM release `target` runs."""
@@ -147,10 +163,7 @@ def engine_args(plan: Plan, component: Component, target: str) -> list[str]:
         "--kv-cache-dtype", kv_cache_dtype(plan),
         *kernel_flags(plan, first),
     ]
-    if first.cpu_offload_gib:
-        args += ["--cpu-offload-gb", f"{first.cpu_offload_gib:g}"]
-        if first.cpu_offload_params:
-            args += ["--cpu-offload-params", *first.cpu_offload_params]
+    args += offload_flags(first)
     if plan.serving.speculative:
         spec = plan.serving.speculative
         args += ["--speculative-config", compact_json(

@@ -110,6 +110,20 @@ class Pipeline(_Strict):
     hybrid_kv_architectures: Fact[list[str]]
 
 
+class Offload(_Strict):
+    """Weight offload: the backends the release runs, what they offload and how a forward
+    pass reaches the offloaded weights (compiler/offload.py, compiler/perf/offload.py)."""
+
+    backends: Fact[list[Literal["uva", "prefetch"]]]
+    wrapped: Fact[str]  # the modules the offloaders see: the decoder layers
+    towers: dict[Literal["uva", "prefetch"], Fact[bool]]  # the backend offloads towers too
+    uva_reads: Fact[str]
+    prefetch_layers: Fact[str]
+    prefetch_schedule: Fact[str]
+    prefetch_join: Fact[str]
+    prefetch_buffers: Fact[str]
+
+
 class SpeculativeOptions(_Strict):
     """Extra --speculative-config keys per draft method (the engine's defaults otherwise)."""
 
@@ -128,6 +142,7 @@ class Vllm(_Strict):
     engram: Engram
     kv_connectors: KvConnectors
     pipeline: Pipeline
+    offload: Offload
 
 
 class Router(_Strict):

@@ -117,7 +117,14 @@ def transfer_us(system: System, nbytes: float, kind: str, nic_gbps: float | None
     if kind == "nvlink":
         bw = system.gpu.nvlink_gbytes_per_s.value * NVLINK_EFF_EP8
     elif kind == "c2c":
-        bw = system.gpu.c2c_gbytes_per_s.value * ALLREDUCE_EFF
+        return system.latency.p2p_us.value + nbytes / host_link_bytes_per_us(system)
     else:
         bw = (nic_gbps or system.tray.nic_gbps_per_gpu.value) / 8 * RDMA_EFF
     return system.latency.p2p_us.value + nbytes / (bw * 1e3)
+
+
+def host_link_bytes_per_us(system: System) -> float:
+    """What the GPU-CPU link (NVLink-C2C, or PCIe on HGX: the system's `c2c_gbytes_per_s`)
+    moves per microsecond from pinned host memory to one GPU, at the achieved share
+    (ALLREDUCE_EFF, assumed alike for kernel reads and copies)."""
+    return system.gpu.c2c_gbytes_per_s.value * ALLREDUCE_EFF * 1e3

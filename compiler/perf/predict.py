@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from compiler import arch, catalog, engine_policy
+from compiler import arch, catalog, engine_policy, offload
 from compiler.load import Inputs, layout
-from compiler.memory import gpu_budget, offload_gib
+from compiler.memory import gpu_budget
 from compiler.perf.aggregated import predict_aggregated
 from compiler.perf.ops import OpModel, op_model
 from compiler.perf.serving import (
@@ -58,7 +58,8 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
             shape: Shape | None = None) -> PerfContext:
     """What the step model needs of one instance group; `role` says where its Engram tables
     are (compiler.resolve: prefill's are in host memory when the engine cannot share HBM), and
-    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16). Built once
+    with `shape`, which MoE kernels run (a weight-only fallback computes in BF16) and what it
+    offloads (compiler.offload). Built once
     per inputs and arguments, so every caller shares its step memo (compiler.perf.step)."""
     key = (max(1, engram_gpus), role, shape)
     ctx = inputs.perf_contexts.get(key)
@@ -69,12 +70,12 @@ def context(inputs: Inputs, engram_gpus: int, role: str = "decode",
 
 def _context(inputs: Inputs, engram_gpus: int, role: str, shape: Shape | None) -> PerfContext:
     r = inputs.resolved
-    spec, asked = r.speculative, r.weight_offload
-    weight_only, offload, batched = False, 0.0, False
+    spec = r.speculative
+    weight_only, off, batched = False, None, False
     if shape is not None:
         policy = engine_policy.of(inputs, role, shape)
         weight_only, batched = policy.weight_only, policy.batched_experts
-        offload = offload_gib(inputs, shape)
+        off = offload.of(inputs, role, shape)
     return _interned(
         model=inputs.model.spec, system=inputs.system,
         ops=system_ops(inputs.system.name, inputs.kernels),
@@ -83,8 +84,7 @@ def _context(inputs: Inputs, engram_gpus: int, role: str, shape: Shape | None) -
         draft_tokens=spec.draft_tokens if spec else 0,
         acceptance=spec.acceptance if spec else 1.0, die_local=True,
         engram_gpus=max(1, engram_gpus), engram_host=not r.engram_in_hbm(role),
-        moe_weight_only=weight_only, batched_experts=batched, offload_gib=offload,
-        offload_experts_only=bool(asked and asked.experts_only),
+        moe_weight_only=weight_only, batched_experts=batched, offload=off,
         nic_gbps=r.nic_gbps_per_gpu.value,
         image_token_share=r.image_tokens / max(1.0, r.workload_value("isl")),
         tokens_per_image=r.tokens_per_image)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from compiler import arch, memory
 from compiler.catalog.system import System
-from compiler.perf import comm, routing
+from compiler.offload import Offload
+from compiler.perf import comm, offload, routing
 from compiler.perf.ops import BYTES as OP_BYTES
 from compiler.perf.ops import OpModel
 from compiler.shapes import Shape, stage_layer_mix
@@ -65,8 +66,7 @@ class PerfContext:
     # the all-to-all lays tokens out per expert and sums the weighted copies itself (DeepEP
     # low-latency: compiler.resolve batched): no permute and no moe_sum kernel
     batched_experts: bool = False
-    offload_gib: float = 0.0  # weights per GPU in host memory (serving.weight_offload)
-    offload_experts_only: bool = False
+    offload: Offload | None = None  # the instance's weight offload (compiler.offload)
     nic_gbps: float | None = None
     image_token_share: float = 0.0  # prompt tokens that are image tokens (workload)
     tokens_per_image: int = 0
@@ -582,20 +582,13 @@ def _vision(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
     st.add("vision", v.layers * block + v.mergers * merger)
 
 
-def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
-    """Offloaded weights (vLLM's UVA offload) stay in pinned host memory; every forward pass
-    reads them over the GPU-CPU link (NVLink-C2C or PCIe, the catalog's `c2c_gbytes_per_s`)
-    instead of HBM, and no kernel overlaps that read. Of offloaded routed experts only those
-    that receive a token are read: of E expert slots, r routed copies touch
-    E (1 - (1 - 1/E)^r) on average (tokens of every DP rank under DEP)."""
-    if not ctx.offload_gib:
-        return
-    nbytes = ctx.offload_gib * arch.GIB
-    moe = ctx.model.moe
-    if ctx.offload_experts_only and moe:
-        routed = tokens * moe.top_k * (shape.dp if shape.dp > 1 else 1)
-        nbytes *= 1 - (1 - 1 / moe.slots) ** routed
-    st.add("weight_offload", comm.transfer_us(ctx.system, nbytes, "c2c"))
+def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int, layers_us: float,
+             stage: int = 0) -> None:
+    """The offloaded weights' reads (UVA) or the waits for their copies (prefetch) of a step
+    whose decoder layers compute for `layers_us` (compiler.perf.offload)."""
+    us = offload.offload_us(ctx, shape, tokens, layers_us, stage)
+    if us:
+        st.add("weight_offload", us)
 
 
 def decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) -> StepTime:
@@ -609,9 +602,10 @@ def _decode_step(ctx: PerfContext, shape: Shape, batch: float, kv_len: float) ->
     st = StepTime()
     q = 1 + ctx.draft_tokens
     _layers(ctx, st, shape, batch, q, kv_len, prefill=False)
+    layers_us = st.us
     _lm_head(ctx, st, shape, round(batch * q))
     _engram(ctx, st, max(1, round(batch * q)))
-    _offload(ctx, st, shape, max(1, round(batch * q)))
+    _offload(ctx, st, shape, max(1, round(batch * q)), layers_us)
     if ctx.draft_tokens and ctx.model.draft:
         st.add("draft", _draft_us(ctx, shape, batch, kv_len))
     st.add("overhead", DECODE_OVERHEAD_US)
@@ -657,10 +651,11 @@ def prefill_step(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: float
     st = StepTime()
     seqs = tokens / max(1.0, new_per_seq)
     _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True)
+    layers_us = st.us
     _vision(ctx, st, shape, tokens)
     _lm_head(ctx, st, shape, max(1, math.ceil(seqs)))
     _engram(ctx, st, tokens)
-    _offload(ctx, st, shape, tokens)
+    _offload(ctx, st, shape, tokens, layers_us)
     _overlap_communication(ctx, st)
     st.add("overhead", PREFILL_OVERHEAD_US)
     return st
@@ -678,6 +673,7 @@ def prefill_stages(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: flo
     for s, mix in enumerate(mixes):
         st = StepTime()
         _layers(ctx, st, shape, seqs, new_per_seq, cached_per_seq, prefill=True, mix=mix)
+        layers_us = st.us
         if s == 0:
             _vision(ctx, st, shape, tokens)
         if s == shape.pp - 1:
@@ -685,7 +681,7 @@ def prefill_stages(ctx: PerfContext, shape: Shape, tokens: int, new_per_seq: flo
         engram = StepTime()
         _engram(ctx, engram, tokens)
         st.merge(engram.scaled(mix[0] / ctx.model.layers))  # the stage's share of the lookups
-        _offload(ctx, st, shape, tokens)  # each stage's GPUs read their own offloaded weights
+        _offload(ctx, st, shape, tokens, layers_us, s)  # each stage's own offloaded layers
         if s > 0:
             st.add("stage_recv", stage_transfer_us(ctx, shape, tokens, s))
         st.add("overhead", PREFILL_OVERHEAD_US)

@@ -5,7 +5,9 @@ engines that the plan's memory map, batch sizing and prediction do not describe:
 (bundle review 3, S3-11), a --speculative-config without the plan's sampling options drafts
 greedily (S3-13), a missing --language-model-only loads the vision tower into HBM the plan gave
 the KV cache (S3-15); a startup probe shorter than the cold start the plan sized restarts it
-(S3-14); an image other than the plan's runs another vLLM (S3-03).
+(S3-14); an image other than the plan's runs another vLLM (S3-03); weight offload flags other
+than the instance's keep weights in HBM the plan gave the KV cache, or read them at another
+cost than the plan predicted.
 
 Engines are matched to instances by what the plan records: a launch script's folder is the
 instance id (`vllm/<id>/<tray>.sh`), a DGD component is named by `Instance.workload`, a
@@ -61,11 +63,33 @@ def _expected(plan: Plan, i: Instance) -> dict[str, str | None]:
         "--max-model-len": str(plan.serving.max_model_len),
         "--block-size": str(plan.serving.block_size),
         "--gpu-memory-utilization": f"{i.gpu_memory_utilization:.2f}",
+        **_offload(i),
     }
 
 
+OFFLOAD_FLAGS = ("--offload-backend", "--cpu-offload-gb", "--cpu-offload-params",
+                 "--offload-group-size", "--offload-num-in-group", "--offload-prefetch-step",
+                 "--offload-params")
+
+
+def _offload(i: Instance) -> dict[str, str | None]:
+    """The instance's weight offload flags (the first parameter segment of a list); every
+    offload flag absent when it offloads nothing, or where its backend ignores it."""
+    want: dict[str, str | None] = dict.fromkeys(OFFLOAD_FLAGS)
+    o = i.weight_offload
+    if o is None:
+        return want
+    params = o.params[0] if o.params else None
+    if o.backend == "uva":
+        return want | {"--offload-backend": "uva", "--cpu-offload-gb": f"{o.gib_per_gpu:g}",
+                       "--cpu-offload-params": params}
+    return want | {"--offload-backend": "prefetch", "--offload-group-size": str(o.group_size),
+                   "--offload-num-in-group": str(o.num_in_group),
+                   "--offload-prefetch-step": str(o.prefetch_step), "--offload-params": params}
+
+
 def _same(flag: str, got: str, want: str) -> bool:
-    if flag == "--gpu-memory-utilization":
+    if flag in ("--gpu-memory-utilization", "--cpu-offload-gb"):
         try:
             return abs(float(got) - float(want)) < 5e-3
         except ValueError:

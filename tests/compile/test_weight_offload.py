@@ -1,6 +1,7 @@
-"""serving.weight_offload: weights kept in host memory (vLLM --cpu-offload-gb) leave the HBM
-budget, are pinned in the tray's DRAM, are read over the GPU-CPU link every step, and reach
-the engine as flags."""
+"""serving.weight_offload (every role's; UVA, vLLM --cpu-offload-gb): weights kept in host
+memory leave the HBM budget, are pinned in the tray's DRAM, are read over the GPU-CPU link
+every step, and reach the engine as flags. Per role, per pinned entry and the prefetch backend:
+tests/compile/test_offload_per_role.py."""
 
 from pathlib import Path
 
@@ -52,15 +53,16 @@ def test_offloaded_weights_are_pinned_flagged_and_streamed(tmp_path: Path):
                  workload={"profile": "fixed", "isl": 1024, "osl": 128})
     result = api.compile(path, only=("vllm",))
     plan = result.plan
-    assert {(i.cpu_offload_gib, tuple(i.cpu_offload_params)) for i in plan.instances} == \
-        {(80.0, ("experts",))}
+    assert {(i.weight_offload.backend, i.offload_gib, tuple(i.weight_offload.params))
+            for i in plan.instances} == {("uva", 80.0, ("experts",))}
     (tray,) = plan.host_memory.values()
     assert tray.weights_gib == 8 * 80.0
     # each pod's memory request holds its ranks' pinned weights (compiler.site)
     assert all(plan.pod_size(i.id).resources.memory_gib >= 4 * 80 for i in plan.instances)
     launch = "\n".join(v for k, v in result.artifacts.items()
                        if k.startswith("vllm/decode-00/") and isinstance(v, str))
-    assert "--cpu-offload-gb 80 \\\n  --cpu-offload-params experts \\\n" in launch
+    assert "--offload-backend uva \\\n  --cpu-offload-gb 80 \\\n  --cpu-offload-params experts " \
+        "\\\n" in launch
     # every decode step reads the touched offloaded experts over PCIe
     decode = plan.predicted.breakdown["decode"]
     assert decode["weight_offload"] > decode["moe_experts"]
@@ -86,7 +88,7 @@ def test_offload_read_is_the_touched_share_over_the_host_link(tmp_path: Path):
 def test_all_weights_offload_without_experts_only(tmp_path: Path):
     path = _h200(tmp_path, {"gib_per_gpu": 80}, objective=PINS)
     plan = api.compile(path, only=()).plan
-    assert {(i.cpu_offload_gib, tuple(i.cpu_offload_params)) for i in plan.instances} == \
+    assert {(i.offload_gib, tuple(i.weight_offload.params)) for i in plan.instances} == \
         {(80.0, ())}
 
 

@@ -202,9 +202,10 @@ def test_eplb_flags_parse_with_vllm_033(tmp_path):
 
 
 def test_weight_offload_flags_parse_with_vllm_033_and_dynamo_161(tmp_path):
-    """Offloaded weights (serving.weight_offload) reach vLLM as --cpu-offload-gb and
-    --cpu-offload-params, which its parser takes (vllm/config/offload.py UVAOffloadConfig),
-    and so do Dynamo's workers."""
+    """Offloaded weights reach vLLM per instance: prefill's (serving.weight_offload, UVA) as
+    --offload-backend uva, --cpu-offload-gb and --cpu-offload-params, decode's
+    (weight_offload_per_role, prefetch) as --offload-backend prefetch and its groups, which its
+    parser takes (vllm/config/offload.py OffloadConfig), and so do Dynamo's workers."""
     from compiler import api
     from tests.builders import write_case
     path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
@@ -212,13 +213,20 @@ def test_weight_offload_flags_parse_with_vllm_033_and_dynamo_161(tmp_path):
                       objective={"mode": "pinned", "instances": [
                           {"role": "decode", "shape": "DEP4", "count": 1},
                           {"role": "prefill", "shape": "DEP4", "count": 1}]},
-                      serving={"weight_offload": {"gib_per_gpu": 80, "experts_only": True}})
+                      serving={"weight_offload": {"gib_per_gpu": 80, "experts_only": True},
+                               "weight_offload_per_role": {"decode": {
+                                   "backend": "prefetch", "gib_per_gpu": 80,
+                                   "experts_only": True}}})
     out = api.compile(path, only=("vllm", "dynamo")).artifacts
     lines = [s.argv for s in emitted.scripts(out)]
     [dgd] = emitted.documents(out, "dynamo")
     workers = [w for w in emitted.dynamo_lines(dgd).values() if w[2] == "dynamo.vllm"]
     assert lines and workers and all(
-        "--cpu-offload-gb" in argv and "--cpu-offload-params" in argv for argv in lines + workers)
+        ("--cpu-offload-gb" in argv and "--cpu-offload-params" in argv)
+        != ("--offload-group-size" in argv and "--offload-params" in argv)
+        for argv in lines + workers)
+    assert {argv[argv.index("--offload-backend") + 1] for argv in lines + workers} == \
+        {"uva", "prefetch"}
     assert_all_ok(harness.check_vllm_lines(lines))
     assert_all_ok(harness.check_dynamo_lines(workers))
 

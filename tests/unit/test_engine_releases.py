@@ -13,7 +13,7 @@ from compiler import catalog, site
 from compiler.catalog.engine import Vllm
 from compiler.engine_releases import RULE, ReleaseRun, release_run
 from compiler.load import load_inputs
-from compiler.plan import ReleaseKernels
+from compiler.plan import ReleaseKernels, WeightOffload
 from targets import TARGETS
 from tests.targets.fixtures import compiled_plan
 
@@ -183,3 +183,31 @@ def test_a_fact_the_plan_was_sized_by_that_031_does_otherwise_is_refused(
     run = _run(_with(inputs, "0.31", edit), _plan_instance("decode"))
     assert run.refused.startswith(f"vLLM 0.31's {section}.{key} is {value} (")
     assert "vLLM 0.33 (the plan's)" in run.refused
+
+
+PREFETCH = WeightOffload(backend="prefetch", gib_per_gpu=40.0, group_size=4, num_in_group=1,
+                         prefetch_step=1, buffer_gib=2.0)
+
+
+def test_an_offloading_instance_runs_where_the_release_offloads_alike(inputs):
+    """0.31's offloaders are 0.33's (model_executor/offloader/, config/offload.py): the Dynamo
+    target runs a prefetch instance as the plan does."""
+    assert V031.offload.backends.value == V033.offload.backends.value
+    assert _run(inputs, _plan_instance("decode", weight_offload=PREFETCH)).refused is None
+
+
+def test_an_offload_backend_031_lacks_is_refused(inputs):
+    def drop(data):
+        data["offload"]["backends"]["value"] = ["uva"]
+    lacking = _with(inputs, "0.31", drop)
+    assert _run(lacking, _plan_instance("decode")).refused is None  # offloads nothing
+    run = _run(lacking, _plan_instance("decode", weight_offload=PREFETCH))
+    assert "instances[decode-00] offloads weights with the prefetch backend, which vLLM 0.31 " \
+           "lacks" in run.refused and "vLLM 0.33 (the plan's)" in run.refused
+
+
+def test_an_offload_the_plan_was_timed_by_that_031_does_otherwise_is_refused(inputs):
+    def edit(data):
+        data["offload"]["towers"]["prefetch"]["value"] = True
+    run = _run(_with(inputs, "0.31", edit), _plan_instance("decode", weight_offload=PREFETCH))
+    assert "vLLM 0.31's offload.towers is not the plan's" in run.refused
