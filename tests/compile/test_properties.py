@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import api
+from compiler.load import load_inputs
 from schemas.diagnostics import CompileError
 from schemas.source import load_yaml_text
 from tests.builders import write_case
@@ -188,7 +189,7 @@ def test_generated_inputs_compile_to_plans_that_keep_their_invariants(tmp_path_f
     except CompileError as exc:
         _diagnosed(exc)
         return
-    check_plan(plan)
+    check_plan(plan, load_inputs(path).model.spec if case["generated"] else None)
 
 
 YAMLISH = st.lists(st.sampled_from([*"ab:-[]{}&*!<>|?,'\"#%@` \n\t09.", "<<", "!!int ", "- ",
