@@ -90,6 +90,9 @@ INVALID: dict[tuple[str, str, str], Callable[[dict, int], bool]] = {
         > c["generated"]["spec"]["attention"]["heads"],
     ("E104", "model.yaml", "spec.dense_layers"):
         lambda c, _: c["generated"]["spec"]["dense_layers"] > c["generated"]["spec"]["layers"],
+    ("E104", "model.yaml", "spec.dense_intermediate"):
+        lambda c, _: c["generated"]["spec"]["dense_intermediate"] == 0
+        and ("moe" not in c["generated"]["spec"] or c["generated"]["spec"]["dense_layers"] > 0),
     ("E104", "model.yaml", "spec.moe.top_k"):
         lambda c, _: c["generated"]["spec"]["moe"]["top_k"]
         > c["generated"]["spec"]["moe"]["experts"],
