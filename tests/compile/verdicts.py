@@ -54,10 +54,15 @@ def justify(case: dict, deployment: Path, exc: CompileError) -> None:
 
 # --- exit 2: the drawn input contradicts itself -------------------------------------------
 
+def _drawn(case: dict) -> dict:
+    """The spec of the generated model (model.yaml)."""
+    return case["generated"]["spec"]
+
+
 def _model(case: dict) -> dict:
     """The model's spec as drawn (a generated one) or as the catalog has it."""
     if case["generated"] is not None:
-        return case["generated"]["spec"]
+        return _drawn(case)
     return catalog.model(case["model"]).spec.model_dump()
 
 
@@ -75,8 +80,7 @@ def _kernel_refuses(block: int) -> bool:
 
 
 def _tray_out_of_range(case: dict, index: int) -> bool:
-    hw = case["hardware"]
-    return hw["unavailable"]["trays"][index] >= _trays(case)
+    return case["hardware"]["unavailable"]["trays"][index] >= _trays(case)
 
 
 def _pool(case: dict) -> dict:
@@ -86,16 +90,14 @@ def _pool(case: dict) -> dict:
 # (code, file, field with its index as [i]) -> does the drawn case contradict itself there?
 INVALID: dict[tuple[str, str, str], Callable[[dict, int], bool]] = {
     ("E104", "model.yaml", "spec.attention.kv_heads"):
-        lambda c, _: c["generated"]["spec"]["attention"]["kv_heads"]
-        > c["generated"]["spec"]["attention"]["heads"],
+        lambda c, _: _drawn(c)["attention"]["kv_heads"] > _drawn(c)["attention"]["heads"],
     ("E104", "model.yaml", "spec.dense_layers"):
-        lambda c, _: c["generated"]["spec"]["dense_layers"] > c["generated"]["spec"]["layers"],
+        lambda c, _: _drawn(c)["dense_layers"] > _drawn(c)["layers"],
     ("E104", "model.yaml", "spec.dense_intermediate"):
-        lambda c, _: c["generated"]["spec"]["dense_intermediate"] == 0
-        and ("moe" not in c["generated"]["spec"] or c["generated"]["spec"]["dense_layers"] > 0),
+        lambda c, _: _drawn(c)["dense_intermediate"] == 0
+        and ("moe" not in _drawn(c) or _drawn(c)["dense_layers"] > 0),
     ("E104", "model.yaml", "spec.moe.top_k"):
-        lambda c, _: c["generated"]["spec"]["moe"]["top_k"]
-        > c["generated"]["spec"]["moe"]["experts"],
+        lambda c, _: _drawn(c)["moe"]["top_k"] > _drawn(c)["moe"]["experts"],
     ("E104", "deployment.yaml", "spec.serving.kv_pool.dram_fraction"):
         lambda c, _: _pool(c)["dram"] and _pool(c)["dram_fraction"] == 0,
     ("E105", "deployment.yaml", "spec.serving.kv_pool.hbm"):
