@@ -42,6 +42,12 @@ def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
             out.append(diag(src, ("spec", *path), "E104",
                              f"at most {format_path(bound_path)} ({bound})", str(value),
                              f"{path[-1]} cannot exceed {bound_path[-1]}"))
+    dense = spec.layers if spec.moe is None else spec.dense_layers
+    if dense and not spec.dense_intermediate:
+        out.append(diag(src, ("spec", "dense_intermediate"), "E104",
+                         f"the width of the dense FFN of {dense} layers", "0",
+                         "give the config's intermediate_size (a model without experts runs "
+                         "a dense FFN in every layer)"))
     return out + _check_csa(spec, src)
 
 

@@ -1,6 +1,8 @@
 """Property tests: any valid rack/model/workload either compiles to a plan whose invariants
-hold, or stops with diagnostics (exit 2 or 3), never a crash; shuffled input keys give the
-same plan."""
+hold, or stops with diagnostics (exit 2 or 3) that tests/compile/verdicts.py bears out (the
+input is invalid there, or cannot be served: the compile tests' exit 3 from the solver checked
+against a brute-force count oracle, so their racks are small), never a crash; shuffled input
+keys give the same plan."""
 
 from pathlib import Path
 
@@ -10,21 +12,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import api
+from compiler.load import load_inputs
 from schemas.diagnostics import CompileError
 from schemas.source import load_yaml_text
 from tests.builders import write_case
+from tests.compile.verdicts import justify
 from tests.invariants import check_plan
 
+# trays per rack (HGX: nodes) drawn for `rackc check`, and for compiles, whose exit 3 the
+# brute-force count oracle checks (it enumerates every count vector: small racks only)
 SYSTEMS = {"vera-rubin-nvl72": 18, "gb300-nvl72": 18, "gb200-nvl72": 18, "hgx-h200": 4,
            "hgx-b200": 4}
+SMALL = {system: 2 if system.startswith("hgx") else 3 for system in SYSTEMS}
 MODELS = ["qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-70b",
           "deepseek-v4.1-flash", "glm-4.5"]
 
 
 @st.composite
 def cases(draw):
-    system = draw(st.sampled_from(sorted(SYSTEMS)))
-    trays = draw(st.integers(1, SYSTEMS[system]))
+    system = draw(st.sampled_from(sorted(SMALL)))
+    trays = draw(st.integers(1, SMALL[system]))
     per = 8 if system.startswith("hgx") else 4
     down = draw(st.lists(st.tuples(st.integers(0, trays - 1), st.integers(0, per - 1)),
                          max_size=3, unique=True))
@@ -35,21 +42,14 @@ def cases(draw):
     slo = draw(st.one_of(st.none(), st.builds(lambda r: {"tokens_per_s_per_user_p90": r},
                                               st.sampled_from([5.0, 20.0, 60.0]))))
     return dict(system=system, model=draw(st.sampled_from(MODELS)), hardware=hardware,
-                workload=workload, slo=slo)
+                workload=workload, slo=slo, generated=None)
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_compiles_or_explains(tmp_path_factory, case):
-    path = write_case(tmp_path_factory.mktemp("case"), **case)
-    try:
-        plan = api.compile(path, only=()).plan
-    except CompileError as exc:
-        assert exc.exit_code in (2, 3) and exc.diagnostics
-        assert all(d.code and d.expected for d in exc.diagnostics)
-        return
-    check_plan(plan)
+    _compiles_or_explains(_write(tmp_path_factory.mktemp("case"), case), case)
 
 
 @pytest.mark.parametrize("example", ["vr-nvl72-deepseek-v4.1-flash", "hgx-h200-deepseek-v3"])
@@ -102,13 +102,14 @@ def models(draw) -> dict:
 
 
 @st.composite
-def deployments(draw) -> dict:
-    """write_case arguments: hardware (Rack or Cluster, overrides, unavailable parts), a
-    catalog or generated model, workload overrides, SLOs, serving options, objectives."""
-    system = draw(st.sampled_from(sorted(SYSTEMS)))
+def deployments(draw, sizes: dict[str, int]) -> dict:
+    """write_case arguments: hardware (Rack or Cluster of up to `sizes[system]` trays or
+    nodes, overrides, unavailable parts), a catalog or generated model, workload overrides,
+    SLOs, serving options, objectives."""
+    system = draw(st.sampled_from(sorted(sizes)))
     hgx = system.startswith("hgx")
     kind = draw(st.sampled_from(["Rack", "Cluster"]))
-    trays = draw(st.integers(1, SYSTEMS[system]))
+    trays = draw(st.integers(1, sizes[system]))
     hardware: dict = {"trays": trays}
     if kind == "Cluster":
         hardware = {"nodes": trays} if hgx else {"racks": draw(st.integers(1, 2)),
@@ -167,28 +168,46 @@ def _diagnosed(exc: CompileError) -> None:
         d.render().encode("utf-8", "backslashreplace")
 
 
+def _compiles_or_explains(path: Path, case: dict) -> None:
+    try:
+        plan = api.compile(path, only=()).plan
+    except CompileError as exc:
+        _diagnosed(exc)
+        justify(case, path, exc)
+        return
+    check_plan(plan, load_inputs(path).model.spec if case["generated"] else None)
+
+
 @settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(case=deployments())
+@given(case=deployments(SYSTEMS))
 def test_generated_inputs_check_or_diagnose(tmp_path_factory, case):
     path = _write(tmp_path_factory.mktemp("gen"), case)
     try:
         api.check(path)
     except CompileError as exc:
         _diagnosed(exc)
+        justify(case, path, exc)
 
 
-@settings(max_examples=8, deadline=None, derandomize=True,
+@settings(max_examples=24, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(case=deployments())
+@given(case=deployments(SMALL))
 def test_generated_inputs_compile_to_plans_that_keep_their_invariants(tmp_path_factory, case):
-    path = _write(tmp_path_factory.mktemp("gen"), case)
-    try:
-        plan = api.compile(path, only=()).plan
-    except CompileError as exc:
-        _diagnosed(exc)
-        return
-    check_plan(plan)
+    _compiles_or_explains(_write(tmp_path_factory.mktemp("gen"), case), case)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "E501 names the per-user SLO, which the aggregated layout meets, instead of the TTFT it "
+    "misses: a candidate does not record which SLO it misses, and constraints.add_slo ties an "
+    "aggregated miss to both (with TTFT alone, no requirement is named)"))
+def test_an_explanation_names_the_slo_that_is_missed(tmp_path: Path):
+    """One tray holds one deepseek-v3 instance, so only aggregated serving fits; it meets
+    5 tokens/s per user (the deployment compiles with that SLO alone), but no TTFT of 1 ms."""
+    case = dict(system="gb200-nvl72", kind="Rack", hardware={"trays": 1},
+                workload={"profile": "fixed"}, model="deepseek-v3", generated=None,
+                slo={"tokens_per_s_per_user_p90": 5.0, "ttft_ms_p90": 1.0})
+    _compiles_or_explains(_write(tmp_path, case), case)
 
 
 YAMLISH = st.lists(st.sampled_from([*"ab:-[]{}&*!<>|?,'\"#%@` \n\t09.", "<<", "!!int ", "- ",

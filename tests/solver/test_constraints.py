@@ -10,19 +10,12 @@ from compiler.plan import DomainMemory
 from compiler.precheck import precheck
 from compiler.shapes import parse_shape
 from compiler.solve import solve
-from compiler.solve.build import build_problem
 from compiler.solve.counts import solve_counts
 from compiler.solve.place import Wanted, place
 from schemas.diagnostics import CompileError
-from tests.builders import write_case
+from tests.builders import problem_at, write_case
 
 pytestmark = pytest.mark.solver
-
-
-def _problem(path: Path):
-    inputs = load_inputs(path)
-    g = build_graph(inputs)
-    return build_problem(inputs, g, precheck(inputs, g))
 
 
 NEED = DomainMemory(weights_gib=10.0, kv_gib=0, engram_gib=0, pool_gib=0, workspace_gib=0,
@@ -34,35 +27,35 @@ def _wanted(*shapes: str, role: str = "decode") -> list[Wanted]:
 
 
 def test_gpu_exclusive(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1}))
     two = place(p, _wanted("DEP2", "DEP2"))
     assert two is not None and not set(two.gpus[0]) & set(two.gpus[1])
     assert place(p, _wanted("DEP2", "DEP2", "DEP2")) is None
 
 
 def test_sub_tray_instance_takes_one_aligned_block_of_one_tray(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 2}))
+    p = problem_at(write_case(tmp_path, hardware={"trays": 2}))
     (gpus,) = place(p, _wanted("DEP2")).gpus
     assert gpus in {("r0-t00-g0", "r0-t00-g1"), ("r0-t00-g2", "r0-t00-g3"),
                     ("r0-t01-g0", "r0-t01-g1"), ("r0-t01-g2", "r0-t01-g3")}
 
 
 def test_tp8_takes_exactly_two_whole_trays(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 3}))
+    p = problem_at(write_case(tmp_path, hardware={"trays": 3}))
     (gpus,) = place(p, _wanted("TP8")).gpus
     trays = {g.rsplit("-", 1)[0] for g in gpus}
     assert len(gpus) == 8 and len(trays) == 2
 
 
 def test_instance_stays_in_one_nvlink_domain(tmp_path: Path):
-    p = _problem(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
+    p = problem_at(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
     assert place(p, _wanted("DEP8")) is None
     (gpus,) = place(p, _wanted("DEP4")).gpus
     assert len({g.split("-")[0] for g in gpus}) == 1
 
 
 def test_unavailable_gpus_unused(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
         "gpus": ["r0-t00-g1"]}}))
     (gpus,) = place(p, _wanted("DEP2")).gpus
     assert gpus == ("r0-t00-g2", "r0-t00-g3")
@@ -70,7 +63,7 @@ def test_unavailable_gpus_unused(tmp_path: Path):
 
 
 def test_identical_instances_are_ordered(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 2}))
+    p = problem_at(write_case(tmp_path, hardware={"trays": 2}))
     got = place(p, _wanted("DEP2", "DEP2", "DEP2"))
     firsts = [g[0] for g in got.gpus]
     assert firsts == sorted(firsts)
@@ -80,7 +73,7 @@ def test_pins_fix_the_counts(tmp_path: Path):
     path = write_case(tmp_path, hardware={"trays": 4}, objective={"mode": "pinned", "instances": [
         {"role": "prefill", "shape": "DEP2", "count": 3},
         {"role": "decode", "shape": "DEP8", "count": 1}]})
-    p = _problem(path)
+    p = problem_at(path)
     counts = solve_counts(p)
     got = {(p.candidates[i].role, p.candidates[i].shape.name): n
            for i, n in counts.by_candidate.items()}
@@ -88,14 +81,14 @@ def test_pins_fix_the_counts(tmp_path: Path):
 
 
 def test_slo_excludes_shapes_that_miss_it(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 4},
+    p = problem_at(write_case(tmp_path, hardware={"trays": 4},
                             slo={"tokens_per_s_per_user_p90": 9_999.0}))
     assert all(c.requests_per_s == 0 for c in p.candidates if c.role == "decode")
     assert isinstance(solve_counts(p), list)
 
 
 def test_goodput_is_the_smaller_supply(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 4},
+    p = problem_at(write_case(tmp_path, hardware={"trays": 4},
                             objective={"layout": "disaggregated"}))
     counts = solve_counts(p)
     supply = {"prefill": 0.0, "decode": 0.0}
@@ -107,7 +100,7 @@ def test_goodput_is_the_smaller_supply(tmp_path: Path):
 
 
 def test_serves_prefill_and_decode(tmp_path: Path):
-    p = _problem(write_case(tmp_path, hardware={"trays": 1},
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1},
                             objective={"layout": "disaggregated"}))
     counts = solve_counts(p)
     roles = {p.candidates[i].role for i in counts.by_candidate}
@@ -156,7 +149,7 @@ def test_every_shape_check_lists_is_searched_in_every_role(tmp_path: Path):
     path = write_case(tmp_path, system="hgx-h200", model="deepseek-v3", kind="Cluster",
                       hardware={"nodes": 2}, workload={"profile": "chat"},
                       slo={"tokens_per_s_per_user_p90": 20, "ttft_ms_p90": 2000})
-    p = _problem(path)
+    p = problem_at(path)
     fits = {f.shape.name for f in precheck(p.inputs, p.graph).fits if f.fits}
     assert fits >= {"DEP8", "DEP16", "TP8", "TP8EP8"}
     for role in ("prefill", "decode", "aggregated"):
@@ -171,7 +164,7 @@ def test_every_shape_check_lists_is_searched_in_every_role(tmp_path: Path):
 def test_the_deployment_narrows_the_search(tmp_path: Path, objective: dict, roles: set):
     path = write_case(tmp_path, system="gb200-nvl72", model="qwen3-30b-a3b",
                       hardware={"trays": 4}, objective=objective)
-    p = _problem(path)
+    p = problem_at(path)
     assert {c.role for c in p.candidates} == roles
     shapes = objective.get("shapes")
     if shapes:
@@ -184,7 +177,7 @@ def test_the_deployment_narrows_the_search(tmp_path: Path, objective: dict, role
 def test_serving_is_aggregated_or_disaggregated_never_both(tmp_path: Path):
     path = write_case(tmp_path, system="gb200-nvl72", model="qwen3-30b-a3b",
                       hardware={"trays": 2})
-    p = _problem(path)
+    p = problem_at(path)
     assert {c.role for c in p.candidates} == {"prefill", "decode", "aggregated"}
     sol = solve(p.inputs, p.graph, precheck(p.inputs, p.graph))
     roles = {w.role for w in sol.wanted}
@@ -201,19 +194,19 @@ def _pinned_cluster(tmp_path: Path, racks: int, trays: int, decode: int, **hardw
 
 def test_whole_tray_instances_fit_each_rack_not_the_fleet(tmp_path: Path):
     # 3 racks of 3 trays: 9 free trays hold 4 two-tray DEP8 in total, but each rack only one
-    ok = _problem(_pinned_cluster(tmp_path / "ok", 3, 3, 3))
+    ok = problem_at(_pinned_cluster(tmp_path / "ok", 3, 3, 3))
     counts = solve_counts(ok)
     assert not isinstance(counts, list)
     dep8 = next(i for i, c in enumerate(ok.candidates) if c.shape.name == "DEP8")
     assert sorted(here.get(dep8, 0) for here in counts.by_domain.values()) == [1, 1, 1]
-    assert isinstance(solve_counts(_problem(_pinned_cluster(tmp_path / "no", 3, 3, 4))), list)
+    assert isinstance(solve_counts(problem_at(_pinned_cluster(tmp_path / "no", 3, 3, 4))), list)
 
 
 def test_a_touched_rack_counts_only_its_free_trays(tmp_path: Path):
     # rack 1 loses a tray (index 3 = r1-t00): it still holds one DEP8, rack 0 one
-    p = _problem(_pinned_cluster(tmp_path / "a", 2, 3, 2, unavailable={"trays": [3]}))
+    p = problem_at(_pinned_cluster(tmp_path / "a", 2, 3, 2, unavailable={"trays": [3]}))
     assert not isinstance(solve_counts(p), list)
-    p = _problem(_pinned_cluster(tmp_path / "b", 2, 3, 2, unavailable={"trays": [3, 4]}))
+    p = problem_at(_pinned_cluster(tmp_path / "b", 2, 3, 2, unavailable={"trays": [3, 4]}))
     assert isinstance(solve_counts(p), list)
 
 
@@ -221,7 +214,7 @@ def test_counts_grow_linearly_with_identical_racks(tmp_path: Path):
     def goodput(racks: int) -> float:
         path = write_case(tmp_path / str(racks), kind="Cluster",
                           hardware={"racks": racks, "trays": 4})
-        return solve_counts(_problem(path)).objective
+        return solve_counts(problem_at(path)).objective
 
     one, four, eight = goodput(1), goodput(4), goodput(8)
     # never less than the racks alone; a lone rack cannot mix packing patterns to balance
@@ -257,7 +250,7 @@ def test_sub_tray_room_counts_single_free_gpus(tmp_path: Path):
     apart = write_case(tmp_path / "apart", system="hgx-h200", model="qwen3-32b", kind="Cluster",
                        hardware={"nodes": 1, "unavailable": {"gpus": [
                            f"r0-t00-g{i}" for i in (1, 3, 4, 5, 6, 7)]}}, objective=two)
-    assert isinstance(solve_counts(_problem(apart)), list)  # g0 and g2 are no aligned pair
+    assert isinstance(solve_counts(problem_at(apart)), list)  # g0 and g2 are no aligned pair
 
 
 def test_an_unreachable_slo_names_the_best_value_and_where(tmp_path: Path):
@@ -276,7 +269,7 @@ def test_the_problem_is_frozen(tmp_path: Path):
     """A Problem is built once; a variant (one domain, the kept instances) is a new one."""
     import dataclasses
 
-    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
         "gpus": ["r0-t00-g1"]}}))
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.mode = "latency"  # type: ignore[misc]
@@ -292,7 +285,7 @@ def test_placement_names_why_it_fails(tmp_path: Path):
     a placement that exists has no reason."""
     from compiler.solve.place import unplaceable
 
-    p = _problem(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1, "unavailable": {
         "gpus": ["r0-t00-g1"]}}))
     assert unplaceable(p, _wanted("DEP2")) == []
     blocks = unplaceable(p, _wanted("DEP2", "DEP2"))
@@ -340,7 +333,7 @@ def test_a_search_stops_early_only_within_the_gap(monkeypatch):
 def test_placement_names_a_whole_tray_instance_no_domain_holds(tmp_path: Path):
     from compiler.solve.place import unplaceable
 
-    p = _problem(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
+    p = problem_at(write_case(tmp_path, kind="Cluster", hardware={"racks": 2, "trays": 1}))
     assert place(p, _wanted("TP8")) is None
     assert unplaceable(p, _wanted("TP8")) == [
         "decode TP8 takes 2 whole trays of one NVLink domain; the most any domain has free is 1"]

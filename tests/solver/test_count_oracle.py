@@ -1,43 +1,8 @@
 """Oracle: on racks small enough to enumerate, the count phase (solve_counts) finds instance
-counts exactly when a brute-force search over every vector of counts finds one, with the
-brute-force maximum goodput; every exit 3 it gives names requirements that conflict, each of
-them needed (drop one and counts exist).
-
-The oracle is written from the documented rules (docs/constraints.md, "Rules of the CP-SAT
-models"), not from compiler/solve/constraints.py or racks.py; it enumerates every vector of
-new instances per candidate within the GPUs and keeps those where
-
-* a candidate that misses its SLO (requests_per_s <= 0) has no new instances: decode and
-  aggregated ones while the per-user SLO ("slo") holds, prefill and aggregated ones while
-  TTFT ("ttft") holds, always where that SLO is no requirement (docs: "decode shapes that
-  miss the per-user SLO, prefill shapes that miss TTFT, unused");
-* pinned mode: a pinned (role, shape) has, kept instances included, the sum of its entries
-  while every entry holds (a relaxed entry leaves it free); nothing unpinned is new;
-* prefill and decode are both present, or aggregated instances alone;
-* every new instance has GPUs of its own, none unavailable, none a kept instance holds: a
-  whole-tray one (gpus >= GPUs per tray) gpus / tray whole trays of one NVLink domain, each
-  with every GPU available; a sub-tray one an aligned block of free GPUs of one tray
-  (searched instance by instance, not by a counting formula);
-
-goodput = min(prefill supply, decode supply) + aggregated supply, kept instances included
-(constraints.add_goodput takes the aggregated supply or the smaller one, whichever way the
-layout serves: the same, since a layout serves one way), and the tie-break after it is the
-most supply of all instances (counts._best). Each candidate's supply enters CP-SAT as whole
-micro-requests per second, rounded down, at least 1 (problem.py SCALE, scaled_supply's
-docstring): the goodput is compared in requests/s within that rounding, and in those units
-exactly.
-
-Memory is neither phase's rule: precheck keeps only shapes whose budget holds a request
-(E301, E302) and a kind's need per memory domain is the domain's capacity by construction
-(docs/constraints.md, "Rules of the CP-SAT models"), so the oracle counts GPUs and never memory.
-
-Where the count model deliberately differs from placement, the oracle follows the count model.
-It is stricter there, and only for explanations: while an explanation relaxes an `unavailable`
-entry, a tray another (active) entry touches keeps every entry's GPUs out of its sub-tray
-blocks ("aligned blocks of partly available trays count conservatively: every unavailable entry
-active", constraints.add_gpu_capacity's docstring; docs/constraints.md does not say it); a tray
-only relaxed entries touch is whole again. With every requirement active (the counts
-themselves) this is exact.
+counts exactly when a brute-force search over every vector of counts finds one (tests/oracles.py
+CountOracle, whose docstring lists the rules it is written from), with the brute-force maximum
+goodput; every exit 3 it gives names requirements that conflict, each of them needed (drop one
+and counts exist).
 
 Hypothesis draws the hardware, the SLO, up to two candidates per role with their supplies
 (own, missed, below a micro-request, small), unavailable trays and GPUs, pins and a kept
@@ -49,11 +14,7 @@ are proven in milliseconds), mixed fleets (solved group by group), and how the p
 (racks.split) places sub-tray instances beyond checking that each rack's share fits it.
 """
 
-import functools
-import math
-from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from itertools import combinations
 from types import MappingProxyType
 
 import pytest
@@ -62,8 +23,8 @@ from hypothesis import strategies as st
 
 from compiler.solve.counts import Counts, solve_counts
 from compiler.solve.problem import SCALE, Kept, Pin, Problem, Requirement
-from tests.builders import write_case
-from tests.solver.test_constraints import _problem
+from tests.builders import problem_at, write_case
+from tests.oracles import SLO_ROLES, CountOracle, fits, micro
 
 pytestmark = pytest.mark.solver
 
@@ -83,7 +44,6 @@ WAYS = {"disaggregated": ("prefill", "decode"), "aggregated": ("aggregated",), "
 # a pinned candidate misses rarely (build: pinned_candidate falls back to the batch its KV holds)
 SUPPLIES = {False: [None] * 4 + [0.0, 1e-7, 0.016], True: [None] * 9 + [0.0, 1e-7, 0.016]}
 COUNTS = st.sampled_from([1, 1, 2, 3])  # a pinned entry's count
-SLO_ROLES = {"slo": ("decode", "aggregated"), "ttft": ("prefill", "aggregated")}
 
 
 class _Problems:
@@ -97,7 +57,7 @@ class _Problems:
             (system, model), kind, hardware = HARDWARE[hw]
             path = write_case(self.root / f"{hw}-{slo}", system=system, model=model, kind=kind,
                               hardware=hardware, slo=SLOS[system, model][slo])
-            p = _problem(path)
+            p = problem_at(path)
             assert p.engram_gib == 0 and not p.kept and not p.unavailable
             self.built[hw, slo] = p
         return self.built[hw, slo]
@@ -109,134 +69,6 @@ class _Problems:
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
     return _Problems(tmp_path_factory.mktemp("count-oracle"))
-
-
-def micro(requests_per_s: float) -> int:
-    """A supply in whole micro-requests per second, rounded down, at least 1 (problem.py)."""
-    return max(1, math.floor(requests_per_s * SCALE))
-
-
-@functools.cache
-def fits(racks: tuple[tuple[tuple[bool, int], ...], ...], per: int,
-         sizes: tuple[int, ...]) -> bool:
-    """Can instances of `sizes` GPUs (largest first) all take GPUs? Each rack is a tuple of
-    trays (whole-tray usable, bit mask of its free GPUs); a whole-tray instance takes
-    size / per trays of one rack that are usable whole and untouched, a sub-tray one an
-    aligned block of free GPUs of one tray."""
-    if not sizes:
-        return True
-    size, rest, full = sizes[0], sizes[1:], (1 << per) - 1
-    tried = set()
-    for r, rack in enumerate(racks):
-        if size >= per:
-            whole = [t for t, (ok, mask) in enumerate(rack) if ok and mask == full]
-            options = [tuple((False, 0) if t in chosen else tray for t, tray in enumerate(rack))
-                       for chosen in combinations(whole, size // per)]
-        else:
-            block = (1 << size) - 1
-            options = [(*rack[:t], (ok, mask & ~(block << b)), *rack[t + 1:])
-                       for t, (ok, mask) in enumerate(rack)
-                       for b in range(0, per, size) if mask & (block << b) == block << b]
-        for new in options:
-            state = tuple(sorted(tuple(sorted(x)) for x in (*racks[:r], new, *racks[r + 1:])))
-            if state not in tried:
-                tried.add(state)
-                if fits(state, per, rest):
-                    return True
-    return False
-
-
-class Oracle:
-    """Every vector of new instance counts the documented rules allow, by enumeration."""
-
-    def __init__(self, p: Problem):
-        self.p = p
-        self.per = p.domains[0].gpus_per_tray
-        self.cands = p.candidates
-        assert all(c.shape.gpus % self.per == 0 if c.shape.gpus >= self.per
-                   else self.per % c.shape.gpus == 0 for c in self.cands)
-        index = {(c.role, c.shape.name): i for i, c in enumerate(self.cands)}
-        self.kept = [0] * len(self.cands)
-        for k in p.kept:
-            self.kept[index[k.role, k.shape.name]] += 1
-        self.occupied = {g for k in p.kept for g in k.gpus}
-
-    def racks(self, active: frozenset[str]) -> tuple[tuple[tuple[bool, int], ...], ...]:
-        """Each rack's trays: usable whole (no active entry's GPU, none kept), and the free
-        GPUs (a tray not usable whole keeps every entry's GPUs out: the count model's
-        conservative view while an explanation relaxes some)."""
-        p = self.p
-        down = set().union(*(g for k, g in p.unavailable.items() if k in active))
-        every = set().union(*p.unavailable.values())
-        out = []
-        for d in p.domains:
-            trays = []
-            for t in d.trays:
-                gpus = p.gpus_of(t)
-                ok = not (down | self.occupied).intersection(gpus)
-                out_of = set() if ok else every | self.occupied
-                trays.append((ok, sum(1 << b for b, g in enumerate(gpus) if g not in out_of)))
-            out.append(tuple(trays))
-        return tuple(out)
-
-    def vectors(self, active: frozenset[str]) -> Iterator[tuple[tuple[int, ...], dict]]:
-        """(new instances per candidate, their goodput and supply) for every allowed vector."""
-        p, cands = self.p, self.cands
-        choices: list[Sequence[int]] = []
-        racks = self.racks(active)
-        budget = sum(bin(mask).count("1") for rack in racks for _, mask in rack)
-        for i, c in enumerate(cands):
-            missed = c.requests_per_s <= 0 and any(
-                c.role in roles and (key not in p.requirements or key in active)
-                for key, roles in SLO_ROLES.items())
-            entries = [e for e in p.pins if (e.role, e.shape.name) == (c.role, c.shape.name)]
-            if p.mode == "pinned" and not entries:
-                choices.append([0])
-            elif p.mode == "pinned" and all(e.requirement.key in active for e in entries):
-                n = sum(e.count for e in entries) - self.kept[i]
-                if n < 0 or (n and missed):
-                    return
-                choices.append([n])
-            else:
-                choices.append([0] if missed else range(budget // c.shape.gpus + 1))
-        for n in self._within(choices, 0, budget):
-            got = self.evaluate(n, racks)
-            if got is not None:
-                yield n, got
-
-    def _within(self, choices, i: int, budget: int) -> Iterator[tuple[int, ...]]:
-        if i == len(choices):
-            yield ()
-            return
-        gpus = self.cands[i].shape.gpus
-        for n in choices[i]:
-            if n * gpus <= budget:
-                for rest in self._within(choices, i + 1, budget - n * gpus):
-                    yield (n, *rest)
-
-    def evaluate(self, n: Sequence[int], racks) -> dict | None:
-        """The goodput and supply of new counts `n` (requests/s and micro-units), or None
-        where the roles or the GPUs refuse them."""
-        total = {"prefill": 0, "decode": 0, "aggregated": 0}
-        rate, units = dict.fromkeys(total, 0.0), dict.fromkeys(total, 0)
-        for i, c in enumerate(self.cands):
-            k = n[i] + self.kept[i]
-            total[c.role] += k
-            rate[c.role] += k * c.requests_per_s
-            units[c.role] += k * micro(c.requests_per_s)
-        if not ((total["prefill"] and total["decode"] and not total["aggregated"])
-                or (total["aggregated"] and not total["prefill"] and not total["decode"])):
-            return None
-        sizes = sorted((c.shape.gpus for i, c in enumerate(self.cands) for _ in range(n[i])),
-                       reverse=True)
-        if not fits(racks, self.per, tuple(sizes)):
-            return None
-        return {"goodput": min(rate["prefill"], rate["decode"]) + rate["aggregated"],
-                "goodput_units": min(units["prefill"], units["decode"]) + units["aggregated"],
-                "supply_units": sum(units.values())}
-
-    def feasible(self, active: frozenset[str]) -> bool:
-        return next(self.vectors(active), None) is not None
 
 
 def _requirement(key: str, file_role: str, path: tuple) -> Requirement:
@@ -328,7 +160,7 @@ def _first_room(p: Problem, size: int, down: set[str]) -> tuple[str, ...] | None
     return None
 
 
-def _check_counts(p: Problem, oracle: Oracle, got: Counts) -> None:
+def _check_counts(p: Problem, oracle: CountOracle, got: Counts) -> None:
     active = frozenset(p.requirements)
     found = list(oracle.vectors(active))
     assert found, "counts where the oracle finds none"
@@ -355,7 +187,7 @@ def _check_counts(p: Problem, oracle: Oracle, got: Counts) -> None:
         assert fits((rack,), oracle.per, tuple(sizes)), (d.id, here)
 
 
-def _check_conflict(p: Problem, oracle: Oracle, core: list[str]) -> None:
+def _check_conflict(p: Problem, oracle: CountOracle, core: list[str]) -> None:
     active = frozenset(p.requirements)
     assert set(core) <= active
     assert not oracle.feasible(active), "exit 3 where the oracle finds counts"
@@ -377,7 +209,7 @@ def test_counts_agree_with_brute_force(problems, data):
 
 
 def _check(p: Problem) -> None:
-    oracle = Oracle(p)
+    oracle = CountOracle(p)
     got = solve_counts(p)
     if isinstance(got, list):
         _check_conflict(p, oracle, got)

@@ -12,9 +12,8 @@ from compiler.cpsat import cp_model
 from compiler.solve import racks
 from schemas.diagnostics import CompileError
 from schemas.source import format_path
-from tests.builders import write_case
-from tests.solver.test_constraints import _problem
-from tests.solver.test_count_oracle import Oracle
+from tests.builders import problem_at, write_case
+from tests.oracles import CountOracle
 
 pytestmark = pytest.mark.solver
 
@@ -64,12 +63,12 @@ def test_f4_tp4_names_a_minimal_conflict(tmp_path: Path):
     with pytest.raises(CompileError) as info:
         api.compile(path, only=())
     assert info.value.exit_code == 3
-    p = _problem(path)
+    p = problem_at(path)
     key_of = {format_path(r.path): k for k, r in p.requirements.items()}
     named = frozenset(key_of[d.path] for d in info.value.diagnostics)
     assert named == {"pin:00", "unavailable:gpus:00"}
     assert all("shrunk by deletion" in d.hint for d in info.value.diagnostics)
-    oracle = Oracle(p)
+    oracle = CountOracle(p)
     assert not oracle.feasible(named)
     for k in named:
         assert oracle.feasible(named - {k}), f"{k} is not needed for the conflict"
@@ -94,7 +93,7 @@ def test_an_unexplained_placement_failure_is_not_called_minimal(tmp_path: Path, 
 def test_a_split_that_cannot_honour_the_counts_is_a_bug(tmp_path: Path):
     """The split fills exactly the room the count model holds; more is an internal error, not
     an exit 3 (place.assign no longer turns it into "infeasible")."""
-    p = _problem(write_case(tmp_path, hardware={"trays": 1}))
+    p = problem_at(write_case(tmp_path, hardware={"trays": 1}))
     items = [racks.Item(0, 2)]
     m = cp_model.CpModel()
     cap = racks.add_capacity(m, p, items, [2], {})

@@ -3,7 +3,6 @@ when a brute-force search over every aligned block and whole-tray choice finds r
 what it places keeps the geometry rules (no feasible set refused, no infeasible one placed)."""
 
 from dataclasses import replace
-from itertools import combinations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,8 +10,9 @@ from hypothesis import strategies as st
 
 from compiler.shapes import parse_shape
 from compiler.solve.place import place, unplaceable
-from tests.builders import write_case
-from tests.solver.test_constraints import _problem, _wanted
+from tests.builders import problem_at, write_case
+from tests.oracles import placeable
+from tests.solver.test_constraints import _wanted
 
 pytestmark = pytest.mark.solver
 
@@ -31,43 +31,8 @@ class _Problems(list):
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
     root = tmp_path_factory.mktemp("oracle")
-    return _Problems(_problem(write_case(root / str(i), kind=kind, hardware=hw))
+    return _Problems(problem_at(write_case(root / str(i), kind=kind, hardware=hw))
                      for i, (kind, hw) in enumerate(HARDWARE))
-
-
-def brute_force(racks: list[list[list[str]]], down: set[str], shapes: list[str]) -> bool:
-    """Can every instance take its GPUs? A sub-tray instance of s GPUs takes one aligned block
-    of s free GPUs of one tray; a whole-tray one takes gpus/tray fully free trays of one rack."""
-    per = len(racks[0][0])
-    free = {g: g not in down for rack in racks for tray in rack for g in tray}
-    sizes = sorted((parse_shape(s).gpus for s in shapes), reverse=True)
-
-    def fit(i: int) -> bool:
-        if i == len(sizes):
-            return True
-        size = sizes[i]
-        if size >= per:
-            for rack in racks:
-                whole = [t for t in rack if all(free[g] for g in t)]
-                for chosen in combinations(whole, size // per):
-                    gpus = [g for t in chosen for g in t]
-                    free.update(dict.fromkeys(gpus, False))
-                    if fit(i + 1):
-                        return True
-                    free.update(dict.fromkeys(gpus, True))
-            return False
-        for rack in racks:
-            for tray in rack:
-                for b in range(0, per - size + 1, size):
-                    block = tray[b:b + size]
-                    if all(free[g] for g in block):
-                        free.update(dict.fromkeys(block, False))
-                        if fit(i + 1):
-                            return True
-                        free.update(dict.fromkeys(block, True))
-        return False
-
-    return fit(0)
 
 
 def _layout(p) -> list[list[list[str]]]:
@@ -84,7 +49,7 @@ def test_placement_agrees_with_brute_force(problems, data):
     shapes = data.draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=5), label="shapes")
     p = replace(p, unavailable={"unavailable:drawn": frozenset(down)})
     got = place(p, _wanted(*shapes))
-    assert (got is not None) == brute_force(layout, down, shapes)
+    assert (got is not None) == placeable(layout, down, shapes)
     if got is None:
         return
     assert unplaceable(p, _wanted(*shapes)) == []  # no reason for a placement that exists
@@ -103,11 +68,11 @@ def test_placement_agrees_with_brute_force(problems, data):
 
 def test_brute_force_itself():
     racks = [[["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"]]]
-    assert brute_force(racks, set(), ["DEP8"])
-    assert not brute_force(racks, {"b3"}, ["DEP8"])
-    assert brute_force(racks, {"a1"}, ["DEP2", "TP4"])
-    assert not brute_force(racks, {"a1", "b2"}, ["DEP2", "DEP2", "DEP2"])
-    assert brute_force([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
+    assert placeable(racks, set(), ["DEP8"])
+    assert not placeable(racks, {"b3"}, ["DEP8"])
+    assert placeable(racks, {"a1"}, ["DEP2", "TP4"])
+    assert not placeable(racks, {"a1", "b2"}, ["DEP2", "DEP2", "DEP2"])
+    assert placeable([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
                        ["TP4", "TP4"])
-    assert not brute_force([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
+    assert not placeable([[["a0", "a1", "a2", "a3"]], [["b0", "b1", "b2", "b3"]]], set(),
                            ["TP8"])

@@ -21,8 +21,8 @@ def _paths(doc: dict) -> list[str]:
     """A few field paths of an object, nested ones included, for `line_at`."""
     out = ["metadata.name", "spec"]
     spec = doc.get("spec") or {}
-    for i, c in enumerate(spec.get("components") or []):
-        out.append(f"spec.components[{i}].podTemplate.spec")
+    out += [f"spec.components[{i}].podTemplate.spec"
+            for i in range(len(spec.get("components") or []))]
     if "template" in spec:
         out.append("spec.template.spec.containers[0]")
     return out
