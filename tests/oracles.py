@@ -8,10 +8,10 @@ property tests (tests/compile/test_properties.py) justify each exit 3 of the sol
 models"), not from compiler/solve/constraints.py or racks.py; it enumerates every vector of
 new instances per candidate within the GPUs and keeps those where
 
-* a candidate that misses its SLO (requests_per_s <= 0) has no new instances: decode and
-  aggregated ones while the per-user SLO ("slo") holds, prefill and aggregated ones while
-  TTFT ("ttft") holds, always where that SLO is no requirement (docs: "decode shapes that
-  miss the per-user SLO, prefill shapes that miss TTFT, unused");
+* a candidate with no supply (requests_per_s <= 0) has no new instances while an SLO it
+  misses (`misses`: "slo", the per-user rate; "ttft") holds, always where that SLO is no
+  requirement, and always where it misses none (docs: "a shape that misses an SLO unused
+  while that SLO holds ...");
 * pinned mode: a pinned (role, shape) has, kept instances included, the sum of its entries
   while every entry holds (a relaxed entry leaves it free); nothing unpinned is new;
 * prefill and decode are both present, or aggregated instances alone;
@@ -50,6 +50,7 @@ from itertools import combinations
 from compiler.shapes import parse_shape
 from compiler.solve.problem import SCALE, Problem
 
+# the SLOs a candidate of each role can miss
 SLO_ROLES = {"slo": ("decode", "aggregated"), "ttft": ("prefill", "aggregated")}
 
 
@@ -128,9 +129,8 @@ class CountOracle:
         racks = self.racks(active)
         budget = sum(bin(mask).count("1") for rack in racks for _, mask in rack)
         for i, c in enumerate(cands):
-            missed = c.requests_per_s <= 0 and any(
-                c.role in roles and (key not in p.requirements or key in active)
-                for key, roles in SLO_ROLES.items())
+            missed = c.requests_per_s <= 0 and (not c.misses or any(
+                key not in p.requirements or key in active for key in c.misses))
             entries = [e for e in p.pins if (e.role, e.shape.name) == (c.role, c.shape.name)]
             if p.mode == "pinned" and not entries:
                 choices.append([0])

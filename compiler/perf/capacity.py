@@ -43,6 +43,9 @@ class Candidate:
     # the best each SLO metric can be on this shape (decode: at batch 1; prefill: idle), for
     # the diagnostic of an SLO nothing meets
     reach: tuple[tuple[str, float], ...] = ()
+    # the SLO requirements it cannot meet (compiler/solve/build.py keys: "slo", the per-user
+    # rate; "ttft"): unused while one of them holds; none, with no supply, is never usable
+    misses: tuple[str, ...] = ()
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -74,7 +77,8 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     if not ok:
         rate = 1e6 * ctx.acceptance / step
         return Candidate("decode", shape, 0.0, 0, 0, step,
-                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO", "", reach)
+                         f"{rate:.0f} tokens/s per user at batch 1, below the SLO", "", reach,
+                         ("slo",))
     lo, hi = 1, cap  # largest batch meeting the SLO: rates fall as the batch grows
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -126,7 +130,7 @@ def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gp
     if utilisation <= 0:
         return Candidate("prefill", shape, 0.0, max_seqs, chunk, step,
                          f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
-                         "token, over the TTFT SLO", "", reach)
+                         "token, over the TTFT SLO", "", reach, ("ttft",))
     rps = shape.dp * tokens / step * 1e6 / max(1.0, new) * utilisation
     return Candidate("prefill", shape, rps, max_seqs, chunk, step, "", "", reach)
 
@@ -167,14 +171,15 @@ def aggregated_candidate(inputs: Inputs, shape: Shape, w: Workload,
     def at(batch: int) -> tuple[Candidate, bool]:
         tokens = max_batched_tokens or aggregated_budget(batch * (1 + draft))
         p = predict_layout(inputs, [Layout("aggregated", shape, 1, batch, tokens)], demand)
-        ok = all(limit is None or value >= limit for value, limit in (
+        rate_ok = all(limit is None or value >= limit for value, limit in (
             (p.tokens_per_s_per_user_p50, slo.tokens_per_s_per_user_p50),
-            (p.tokens_per_s_per_user_p90, slo.tokens_per_s_per_user_p90))) and \
-            all(limit is None or value <= limit for value, limit in (
-                (p.ttft_ms_p50, slo.ttft_ms_p50), (p.ttft_ms_p90, slo.ttft_ms_p90)))
+            (p.tokens_per_s_per_user_p90, slo.tokens_per_s_per_user_p90)))
+        ttft_ok = all(limit is None or value <= limit for value, limit in (
+            (p.ttft_ms_p50, slo.ttft_ms_p50), (p.ttft_ms_p90, slo.ttft_ms_p90)))
+        misses = (() if rate_ok else ("slo",)) + (() if ttft_ok else ("ttft",))
         c = Candidate("aggregated", shape, p.requests_per_s, batch, tokens,
-                      p.tpot_ms_p50 * 1e3, "")
-        return c, ok
+                      p.tpot_ms_p50 * 1e3, "", misses=misses)
+        return c, not misses
 
     if max_batch is not None or not enforce_slo:
         c, _ = at(kv.max_batch)

@@ -60,7 +60,8 @@ def candidates(inputs: Inputs, pre: Precheck, w: Workload, hit: float, mode: str
         for s in _searched(inputs, pre, "aggregated", mode):
             d = decode.get(s.name) or decode_candidate(inputs, s, w, None)
             if d.requests_per_s <= 0:
-                out.append(Candidate("aggregated", s, 0.0, 0, 0, d.step_us, d.why_not))
+                out.append(Candidate("aggregated", s, 0.0, 0, 0, d.step_us, d.why_not,
+                                     misses=d.misses))
                 continue
             out.append(aggregated_candidate(inputs, s, w, search_up_to=d.max_batch))
     return out

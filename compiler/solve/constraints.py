@@ -76,15 +76,18 @@ def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
 
 
 def add_slo(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
-    """Candidates that cannot meet the SLO stay unused while the SLO requirement holds."""
-    for key, roles in (("slo", ("decode", "aggregated")), ("ttft", ("prefill", "aggregated"))):
-        lit = v.lits.get(key)
-        for i, c in enumerate(p.candidates):
-            if i in v.n and c.role in roles and c.requests_per_s <= 0:
-                if lit is None:
-                    m.add(v.n[i] == 0)
-                else:
-                    m.add(v.n[i] == 0).only_enforce_if(lit)
+    """A candidate that cannot meet an SLO stays unused while that SLO requirement holds (each
+    SLO it misses on its own: an explanation names the one it misses); one with no supply that
+    misses none (no room for a request) stays unused."""
+    for i, c in enumerate(p.candidates):
+        if i not in v.n or c.requests_per_s > 0:
+            continue
+        lits = [v.lits.get(key) for key in c.misses]
+        if not lits or any(lit is None for lit in lits):
+            m.add(v.n[i] == 0)
+            continue
+        for lit in lits:
+            m.add(v.n[i] == 0).only_enforce_if(lit)
 
 
 def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:

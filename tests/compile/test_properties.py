@@ -197,10 +197,6 @@ def test_generated_inputs_compile_to_plans_that_keep_their_invariants(tmp_path_f
     _compiles_or_explains(_write(tmp_path_factory.mktemp("gen"), case), case)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "E501 names the per-user SLO, which the aggregated layout meets, instead of the TTFT it "
-    "misses: a candidate does not record which SLO it misses, and constraints.add_slo ties an "
-    "aggregated miss to both (with TTFT alone, no requirement is named)"))
 def test_an_explanation_names_the_slo_that_is_missed(tmp_path: Path):
     """One tray holds one deepseek-v3 instance, so only aggregated serving fits; it meets
     5 tokens/s per user (the deployment compiles with that SLO alone), but no TTFT of 1 ms."""

@@ -95,6 +95,11 @@ def _variant(p: Problem, data, pinned: bool) -> Problem:
         c = p.candidates[i]
         rate = data.draw(st.sampled_from(SUPPLIES[pinned]),
                          label=f"supply {c.role} {c.shape.name}")
+        if rate == 0.0:  # missed: the SLOs its role can miss, one or (aggregated) both
+            can = [k for k, roles in SLO_ROLES.items() if c.role in roles]
+            misses = data.draw(st.lists(st.sampled_from(can), min_size=1, max_size=len(can),
+                                        unique=True), label="misses")
+            c = replace(c, misses=tuple(sorted(misses)))
         cands.append(c if rate is None else replace(c, requests_per_s=rate))
     trays = [t for d in p.domains for t in d.trays]
     gpus = [g for t in trays for g in p.gpus_of(t)]
