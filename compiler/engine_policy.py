@@ -12,14 +12,8 @@ from dataclasses import dataclass
 
 from compiler.catalog.engine import Vllm
 from compiler.catalog.system import System
-from compiler.resolve import (
-    BLACKWELL_FAMILY,
-    CAPABILITY,
-    Choice,
-    Resolved,
-    is_multi_node_nvlink,
-    nodes_of,
-)
+from compiler.choice import BLACKWELL_FAMILY, CAPABILITY, Choice
+from compiler.resolve import Resolved, is_multi_node_nvlink, nodes_of
 from compiler.shapes import Shape
 
 

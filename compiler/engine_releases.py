@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from compiler import engine_policy
 from compiler.catalog.engine import Vllm, release_of
+from compiler.choice import Choice
 from compiler.plan import Decision, Instance, ReleaseKernels
-from compiler.resolve import Choice, Resolved, is_multi_node_nvlink
+from compiler.resolve import Resolved, is_multi_node_nvlink
 
 if TYPE_CHECKING:
     from compiler.load import Inputs

@@ -3,6 +3,7 @@
 import networkx as nx
 
 from compiler import arch, deploy, engine_policy, graph, offload, site
+from compiler.choice import Choice
 from compiler.decisions import decisions
 from compiler.engine_releases import release_run
 from compiler.host_memory import host_memory
@@ -32,7 +33,6 @@ from compiler.plan import (
     Tray,
     WeightOffload,
 )
-from compiler.resolve import Choice
 from compiler.shapes import Shape, stage_layers
 from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from compiler import arch
 from compiler.catalog import engine
-from compiler.resolve import Choice, OffloadAsk
+from compiler.choice import Choice
+from compiler.resolve import OffloadAsk
 from compiler.shapes import Shape, stage_layers
 from schemas.model import ModelSpec
 from schemas.source import format_path

@@ -9,12 +9,11 @@ decision says so (`rule:engine-capability`). No other pass re-derives any of the
 
 import hashlib
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
-from compiler import catalog
+from compiler import catalog, engine_choices
 from compiler.catalog.engine import Engines
 from compiler.catalog.system import System
-from compiler.plan import Decision
+from compiler.choice import Choice
 from compiler.shapes import Shape
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.deployment import (
@@ -26,26 +25,6 @@ from schemas.deployment import (
 )
 from schemas.site import Site
 from schemas.source import SourceMap
-
-T = TypeVar("T")
-CAPABILITY = "rule:engine-capability"
-BLACKWELL_FAMILY = ("blackwell", "rubin")  # Rubin runs the sm100f kernels (SYSTEM.md)
-
-
-@dataclass(frozen=True)
-class Choice(Generic[T]):
-    path: str  # where it lands in the plan
-    value: T
-    source: str  # user | default | catalog | rule:<id>
-    why: str
-
-    def decision(self) -> Decision:
-        value = self.value
-        if isinstance(value, dict):
-            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-        elif isinstance(value, float):
-            value = f"{value:g}"
-        return Decision(path=self.path, value=str(value), source=self.source, why=self.why)
 
 
 @dataclass(frozen=True)
@@ -257,17 +236,17 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
                     "user" if s.max_model_len else "default",
                     "written in the deployment" if s.max_model_len
                     else "the model's context length")
-    backend = _attention(engines, m.architecture, m.attention.kind,
+    backend = engine_choices.attention(engines, m.architecture, m.attention.kind,
                          m.attention.indexer is not None, family)
     return dict(
         kv_cache_dtype=kv, max_model_len=length,
-        block_size=_block_size(engines, backend.value, s.block_size),
+        block_size=engine_choices.block_size(engines, backend.value, s.block_size),
         attention_backend=backend,
-        attention_options=_attention_options(engines, m.attention.kind,
+        attention_options=engine_choices.attention_options(engines, m.attention.kind,
                                              m.attention.indexer is not None, family, kv.value),
-        expert_format=_expert_format(engines, model),
-        linear_backend=_linear(engines, _linear_format(m), family),
-        draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
+        expert_format=engine_choices.expert_format(engines, model),
+        linear_backend=engine_choices.linear(engines, engine_choices.linear_format(m), family),
+        draft_moe_backend=engine_choices.draft_moe(engines, model, s.speculative is not None),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
         language_model_only=_language_model_only(dep, model))
 
@@ -281,13 +260,14 @@ def _memory(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
     return dict(
         engram_placement=_user(src, "serving.engram_placement", s.engram_placement,
                                "Engram tables live in HBM (SYSTEM.md)"),
-        engram_prefill=_engram_prefill(engines, model, s.engram_placement),
-        engram_decode=Choice("engram.decode", _engram_kind(model, s.engram_placement), "catalog",
+        engram_prefill=engine_choices.engram_prefill(engines, model, s.engram_placement),
+        engram_decode=Choice("engram.decode",
+                             engine_choices.engram_kind(model, s.engram_placement), "catalog",
                              "sharded over the instance's own ranks "
                              f"({engines.vllm.engram.shard_across_instances.source})"),
         kv_pool_dram=_pool_field(src, pool, "dram", bool(pool and pool.dram),
                                  "no kv_pool: no store"),
-        kv_pool_hbm=_pool_hbm(engines, bool(pool and pool.hbm)),
+        kv_pool_hbm=engine_choices.pool_hbm(engines, bool(pool and pool.hbm)),
         dram_fraction=_pool_field(src, pool, "dram_fraction",
                                   pool.dram_fraction if pool else 0.0,
                                   "no kv_pool: no store"),
@@ -299,7 +279,7 @@ def _memory(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, sys
             "hardware.rdma_devices_per_tray", hw.rdma_devices_per_tray or system.gpus_per_tray,
             "user" if hw.rdma_devices_per_tray else "default",
             "written in the rack" if hw.rdma_devices_per_tray else "one NIC per GPU"),
-        gpu_reserve_gib=_gpu_reserve(engines, system, s.gpu_reserve_gib),
+        gpu_reserve_gib=engine_choices.gpu_reserve(engines, system, s.gpu_reserve_gib),
         host_reserved_gib=reserved,
         host=HostReserve(reserved.value, PROCESS_GIB_PER_RANK,
                          engines.mooncake.store.local_buffer_gib.value))
@@ -456,41 +436,6 @@ def _override(path: str, given: float | None, fact) -> Choice[float]:
     return Choice(path, float(fact.value), "catalog", fact.source)
 
 
-def _attention(e: Engines, architecture: str, kind: str, sparse: bool,
-               family: str) -> Choice[str]:
-    key = "sparse_mla" if kind == "mla" and sparse else ("mla" if kind == "mla" else "gqa")
-    picks = {p.match: p for p in e.vllm.attention.select}
-    pick = picks.get(architecture) or picks[key]
-    value = pick.blackwell if family in BLACKWELL_FAMILY else pick.hopper
-    return Choice("serving.attention_backend", value, "catalog", pick.source)
-
-
-def _attention_options(e: Engines, kind: str, sparse: bool, family: str,
-                       kv_dtype: str) -> Choice[dict[str, str]]:
-    a = e.vllm.attention
-    if kind != "mla" or sparse or family not in BLACKWELL_FAMILY:
-        return Choice("serving.attention_options", {}, "default",
-                      "only dense MLA on Blackwell takes the TRT-LLM ragged prefill")
-    facts = [a.dense_mla_prefill_blackwell] + ([a.dense_mla_prefill_fp8_kv]
-                                               if kv_dtype == "fp8" else [])
-    return Choice("serving.attention_options", {k: v for f in facts for k, v in f.value.items()},
-                  "catalog", "; ".join(f.source for f in facts))
-
-
-def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
-    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others).
-    The user's value is checked in load (check_block_size)."""
-    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
-    if given is not None:
-        return Choice("serving.block_size", given, "user", "written in the deployment")
-    if kernel is None:
-        d = e.vllm.attention.default_block_size
-        return Choice("serving.block_size", d.value, "default", d.source)
-    return Choice("serving.block_size", max(64, min(kernel.value)), "rule:kernel-block",
-                  f"{backend}'s kernel block ({kernel.source}), at least 64 tokens for the KV "
-                  "router's prefix hashing")
-
-
 def kernel_block_problem(backend: str, block: int) -> str | None:
     """Why `block` does not run on `backend` (None when it does)."""
     kernel = catalog.engines().vllm.attention.kernel_block_sizes.get(backend)
@@ -498,84 +443,6 @@ def kernel_block_problem(backend: str, block: int) -> str | None:
         return None
     return (f"{backend} runs kernel blocks of {kernel.value} tokens and vLLM needs a multiple "
             f"({kernel.source})")
-
-
-def _expert_format(e: Engines, model: ModelV1) -> Choice[str]:
-    d = model.spec.dtypes.experts
-    if d != "fp4":
-        return Choice("model.expert_format", d, "catalog", "the model's expert dtype")
-    fact = e.vllm.moe.fp4_format.get(model.spec.architecture, e.vllm.moe.fp4_format_default)
-    return Choice("model.expert_format", fact.value, "catalog", fact.source)
-
-
-def _linear_format(spec) -> str:
-    """The linears' checkpoint format: MXFP8 where FP8 weights carry microscaling scales."""
-    return "mxfp8" if spec.dtypes.scales == "mx" and spec.dtypes.weights == "fp8" \
-        else spec.dtypes.weights
-
-
-def _linear(e: Engines, dtype: str, family: str) -> Choice[str | None]:
-    fam = "blackwell" if family in BLACKWELL_FAMILY else "hopper"
-    for p in e.vllm.linear.prefer:
-        if p.family in (fam, "any") and p.dtype == dtype:
-            return Choice("serving.linear_backend", p.value, "catalog", p.source)
-    return Choice("serving.linear_backend", None, "default", f"vLLM's choice for {dtype}")
-
-
-def _draft_moe(e: Engines, model: ModelV1, speculative: bool) -> Choice[str] | None:
-    if not (speculative and model.spec.draft and model.spec.moe):
-        return None
-    fact = e.vllm.moe.draft_inherits
-    if not fact.value:
-        raise ValueError("catalog/engines/vllm-0.33.yaml: a draft that does not inherit "
-                         "--moe-backend needs its own backend choice")
-    return Choice("speculative.moe_backend", "inherits --moe-backend", "catalog",
-                  f"the draft's experts load in the target's format, so each engine's "
-                  f"--moe-backend fits them too ({fact.source})")
-
-
-def _engram_kind(model: ModelV1, placement: str) -> str:
-    if not model.spec.engram:
-        return "none"
-    return "hbm" if placement == "hbm" else "host"
-
-
-def _engram_prefill(e: Engines, model: ModelV1, placement: str) -> Choice[str]:
-    kind = _engram_kind(model, placement)
-    fact = e.vllm.engram.shard_across_instances
-    if kind != "hbm":
-        return Choice("engram.prefill", kind, "default", "no Engram, or placement dram")
-    if fact.value:
-        return Choice("engram.prefill", "hbm", "catalog",
-                      f"peer group over prefill ({fact.source})")
-    return Choice("engram.prefill", "host", CAPABILITY,
-                  "SYSTEM.md shards the tables over every prefill GPU, but vLLM "
-                  f"{e.vllm.version} cannot shard Engram across instances ({fact.source}): "
-                  "prefill reads them from pinned host memory, one copy per node "
-                  f"({e.vllm.engram.host_copy_per_node.source})")
-
-
-def _pool_hbm(e: Engines, wanted: bool) -> Choice[bool]:
-    fact = e.mooncake.store.hbm_segment
-    if not wanted:
-        return Choice("kv_pool.hbm", False, "default", "no HBM pool asked for")
-    if fact.value:
-        return Choice("kv_pool.hbm", True, "user", "written in the deployment")
-    return Choice("kv_pool.hbm", False, CAPABILITY,
-                  f"Mooncake {e.mooncake.version} cannot take an HBM segment ({fact.source}): "
-                  "the prefill ranks' spare HBM stays their own KV (prefix) cache")
-
-
-def _gpu_reserve(e: Engines, system: System, given: float | None) -> Choice[float]:
-    if given is not None:
-        return Choice("memory.reserved_gib", given, "user", "serving.gpu_reserve_gib, written "
-                      "in the deployment")
-    r = system.reserve
-    value = r.runtime_gib.value + r.nccl_gib.value + e.vllm.memory.nixl_gib.value
-    return Choice("memory.reserved_gib", round(value, 3), "catalog",
-                  f"CUDA context ({r.runtime_gib.source}) + NCCL ({r.nccl_gib.source}) + NIXL "
-                  f"({e.vllm.memory.nixl_gib.source}): in use before the engine's memory "
-                  "snapshot, so outside --gpu-memory-utilization")
 
 
 def _digest(inputs_digest: str, dep: DeploymentV1, hardware: RackV1 | ClusterV1,

@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from compiler import api, catalog
+from compiler.choice import CAPABILITY
 from compiler.perf import serving
 from compiler.perf.predict import context
-from compiler.resolve import CAPABILITY
 from schemas.diagnostics import CompileError
 from targets import TARGETS
 from targets import report as report_target

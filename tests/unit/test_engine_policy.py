@@ -4,7 +4,7 @@ candidates, the memory budget, lower's instances and another release's kernels."
 import pytest
 
 from compiler import engine_policy
-from compiler.resolve import CAPABILITY
+from compiler.choice import CAPABILITY
 from compiler.shapes import parse_shape
 from tests.unit.test_resolve import inputs
 

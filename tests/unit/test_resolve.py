@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from compiler.choice import CAPABILITY
 from compiler.load import load_inputs
-from compiler.resolve import CAPABILITY
 
 RACK = ("apiVersion: rackc.dev/v1alpha1\nkind: Rack\nmetadata: {{name: r}}\n"
         "spec: {{system: {system}, trays: {trays}}}\n")

@@ -1,0 +1,121 @@
+"""Pass 2, the engine's part: the kernels, block size, expert and linear formats and the
+fallbacks the pinned vLLM runs for a model on a system, each a Choice with its source in the
+engine catalog (compiler/catalog/engines/), read by compiler.resolve alone."""
+
+from compiler.catalog.engine import Engines
+from compiler.catalog.system import System
+from compiler.choice import BLACKWELL_FAMILY, CAPABILITY, Choice
+from schemas import ModelV1
+
+
+def attention(e: Engines, architecture: str, kind: str, sparse: bool,
+               family: str) -> Choice[str]:
+    key = "sparse_mla" if kind == "mla" and sparse else ("mla" if kind == "mla" else "gqa")
+    picks = {p.match: p for p in e.vllm.attention.select}
+    pick = picks.get(architecture) or picks[key]
+    value = pick.blackwell if family in BLACKWELL_FAMILY else pick.hopper
+    return Choice("serving.attention_backend", value, "catalog", pick.source)
+
+
+def attention_options(e: Engines, kind: str, sparse: bool, family: str,
+                       kv_dtype: str) -> Choice[dict[str, str]]:
+    a = e.vllm.attention
+    if kind != "mla" or sparse or family not in BLACKWELL_FAMILY:
+        return Choice("serving.attention_options", {}, "default",
+                      "only dense MLA on Blackwell takes the TRT-LLM ragged prefill")
+    facts = [a.dense_mla_prefill_blackwell] + ([a.dense_mla_prefill_fp8_kv]
+                                               if kv_dtype == "fp8" else [])
+    return Choice("serving.attention_options", {k: v for f in facts for k, v in f.value.items()},
+                  "catalog", "; ".join(f.source for f in facts))
+
+
+def block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
+    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others).
+    The user's value is checked in load (check_block_size)."""
+    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
+    if given is not None:
+        return Choice("serving.block_size", given, "user", "written in the deployment")
+    if kernel is None:
+        d = e.vllm.attention.default_block_size
+        return Choice("serving.block_size", d.value, "default", d.source)
+    return Choice("serving.block_size", max(64, min(kernel.value)), "rule:kernel-block",
+                  f"{backend}'s kernel block ({kernel.source}), at least 64 tokens for the KV "
+                  "router's prefix hashing")
+
+
+def expert_format(e: Engines, model: ModelV1) -> Choice[str]:
+    d = model.spec.dtypes.experts
+    if d != "fp4":
+        return Choice("model.expert_format", d, "catalog", "the model's expert dtype")
+    fact = e.vllm.moe.fp4_format.get(model.spec.architecture, e.vllm.moe.fp4_format_default)
+    return Choice("model.expert_format", fact.value, "catalog", fact.source)
+
+
+def linear_format(spec) -> str:
+    """The linears' checkpoint format: MXFP8 where FP8 weights carry microscaling scales."""
+    return "mxfp8" if spec.dtypes.scales == "mx" and spec.dtypes.weights == "fp8" \
+        else spec.dtypes.weights
+
+
+def linear(e: Engines, dtype: str, family: str) -> Choice[str | None]:
+    fam = "blackwell" if family in BLACKWELL_FAMILY else "hopper"
+    for p in e.vllm.linear.prefer:
+        if p.family in (fam, "any") and p.dtype == dtype:
+            return Choice("serving.linear_backend", p.value, "catalog", p.source)
+    return Choice("serving.linear_backend", None, "default", f"vLLM's choice for {dtype}")
+
+
+def draft_moe(e: Engines, model: ModelV1, speculative: bool) -> Choice[str] | None:
+    if not (speculative and model.spec.draft and model.spec.moe):
+        return None
+    fact = e.vllm.moe.draft_inherits
+    if not fact.value:
+        raise ValueError("catalog/engines/vllm-0.33.yaml: a draft that does not inherit "
+                         "--moe-backend needs its own backend choice")
+    return Choice("speculative.moe_backend", "inherits --moe-backend", "catalog",
+                  f"the draft's experts load in the target's format, so each engine's "
+                  f"--moe-backend fits them too ({fact.source})")
+
+
+def engram_kind(model: ModelV1, placement: str) -> str:
+    if not model.spec.engram:
+        return "none"
+    return "hbm" if placement == "hbm" else "host"
+
+
+def engram_prefill(e: Engines, model: ModelV1, placement: str) -> Choice[str]:
+    kind = engram_kind(model, placement)
+    fact = e.vllm.engram.shard_across_instances
+    if kind != "hbm":
+        return Choice("engram.prefill", kind, "default", "no Engram, or placement dram")
+    if fact.value:
+        return Choice("engram.prefill", "hbm", "catalog",
+                      f"peer group over prefill ({fact.source})")
+    return Choice("engram.prefill", "host", CAPABILITY,
+                  "SYSTEM.md shards the tables over every prefill GPU, but vLLM "
+                  f"{e.vllm.version} cannot shard Engram across instances ({fact.source}): "
+                  "prefill reads them from pinned host memory, one copy per node "
+                  f"({e.vllm.engram.host_copy_per_node.source})")
+
+
+def pool_hbm(e: Engines, wanted: bool) -> Choice[bool]:
+    fact = e.mooncake.store.hbm_segment
+    if not wanted:
+        return Choice("kv_pool.hbm", False, "default", "no HBM pool asked for")
+    if fact.value:
+        return Choice("kv_pool.hbm", True, "user", "written in the deployment")
+    return Choice("kv_pool.hbm", False, CAPABILITY,
+                  f"Mooncake {e.mooncake.version} cannot take an HBM segment ({fact.source}): "
+                  "the prefill ranks' spare HBM stays their own KV (prefix) cache")
+
+
+def gpu_reserve(e: Engines, system: System, given: float | None) -> Choice[float]:
+    if given is not None:
+        return Choice("memory.reserved_gib", given, "user", "serving.gpu_reserve_gib, written "
+                      "in the deployment")
+    r = system.reserve
+    value = r.runtime_gib.value + r.nccl_gib.value + e.vllm.memory.nixl_gib.value
+    return Choice("memory.reserved_gib", round(value, 3), "catalog",
+                  f"CUDA context ({r.runtime_gib.source}) + NCCL ({r.nccl_gib.source}) + NIXL "
+                  f"({e.vllm.memory.nixl_gib.source}): in use before the engine's memory "
+                  "snapshot, so outside --gpu-memory-utilization")
