@@ -47,7 +47,8 @@ SLOW_FILES = (
     "targets/test_golden.py", "compile/test_properties.py", "compile/test_incremental.py",
     "compile/test_mixed_fleet.py", "compile/test_examples.py", "compile/test_pipeline.py",
     "compile/test_engine_capabilities.py", "unit/test_signals.py", "targets/test_consistency.py",
-    "targets/test_report_layout.py",
+    "targets/test_report_layout.py", "targets/test_site.py", "targets/test_netpol.py",
+    "unit/test_preflight.py", "unit/test_output_safety.py",
 )
 
 
