@@ -163,6 +163,7 @@ class Resolved:
     host: HostReserve
     uses_draft: bool
     language_model_only: Choice[bool] | None  # skip the vision tower (None: the model has none)
+    model_flags: Choice[list[str]] | None  # the architecture's own flags (None: it needs none)
     engines: Engines
     site: Site  # what the cluster decides: images, RDMA, model cache (compiler.site lowers it)
     name: str  # the deployment's
@@ -261,7 +262,7 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
                          m.attention.indexer is not None, family)
     return dict(
         kv_cache_dtype=kv, max_model_len=length,
-        block_size=_block_size(engines, backend.value, s.block_size),
+        block_size=_block_size(engines, backend.value, m.architecture, s.block_size),
         attention_backend=backend,
         attention_options=_attention_options(engines, m.attention.kind,
                                              m.attention.indexer is not None, family, kv.value),
@@ -269,7 +270,8 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
         linear_backend=_linear(engines, _linear_format(m), family),
         draft_moe_backend=_draft_moe(engines, model, s.speculative is not None),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
-        language_model_only=_language_model_only(dep, model))
+        language_model_only=_language_model_only(dep, model),
+        model_flags=_model_flags(engines, m.architecture))
 
 
 def _memory(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
@@ -477,12 +479,20 @@ def _attention_options(e: Engines, kind: str, sparse: bool, family: str,
                   "catalog", "; ".join(f.source for f in facts))
 
 
-def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
-    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others).
+def _block_size(e: Engines, backend: str, architecture: str,
+                given: int | None) -> Choice[int]:
+    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others),
+    or of the architecture's own attention layers' where it has some (MiniMax M3's MSA).
     The user's value is checked in load (check_block_size)."""
-    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
+    needs = e.vllm.models.get(architecture)
     if given is not None:
         return Choice("serving.block_size", given, "user", "written in the deployment")
+    if needs and needs.block_sizes:
+        return Choice("serving.block_size", max(64, min(needs.block_sizes.value)),
+                      "rule:kernel-block", f"{architecture}'s attention kernel block "
+                      f"({needs.block_sizes.source}), at least 64 tokens for the KV router's "
+                      "prefix hashing")
+    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
     if kernel is None:
         d = e.vllm.attention.default_block_size
         return Choice("serving.block_size", d.value, "default", d.source)
@@ -491,13 +501,25 @@ def _block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
                   "router's prefix hashing")
 
 
-def kernel_block_problem(backend: str, block: int) -> str | None:
-    """Why `block` does not run on `backend` (None when it does)."""
-    kernel = catalog.engines().vllm.attention.kernel_block_sizes.get(backend)
-    if kernel is None or any(block % k == 0 for k in kernel.value):
+def kernel_block_problem(backend: str, block: int, architecture: str = "") -> str | None:
+    """Why `block` does not run on `backend`, or on the architecture's own attention layers
+    (None when it does)."""
+    vllm = catalog.engines().vllm
+    needs = vllm.models.get(architecture)
+    for name, kernel in ((architecture, needs.block_sizes if needs else None),
+                         (backend, vllm.attention.kernel_block_sizes.get(backend))):
+        if kernel is not None and not any(block % k == 0 for k in kernel.value):
+            return (f"{name} runs kernel blocks of {kernel.value} tokens and vLLM needs a "
+                    f"multiple ({kernel.source})")
+    return None
+
+
+def _model_flags(e: Engines, architecture: str) -> Choice[list[str]] | None:
+    """Flags vLLM needs for this architecture whatever the deployment (None: none)."""
+    needs = e.vllm.models.get(architecture)
+    if not (needs and needs.flags):
         return None
-    return (f"{backend} runs kernel blocks of {kernel.value} tokens and vLLM needs a multiple "
-            f"({kernel.source})")
+    return Choice("serving.model_flags", list(needs.flags.value), "catalog", needs.flags.source)
 
 
 def _expert_format(e: Engines, model: ModelV1) -> Choice[str]:
