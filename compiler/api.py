@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 # functions that use them, so that `rackc check`, `explain` and `diff` load none of them.
 
 CHECK_KEYS = ("ok", "system", "racks", "trays", "gpus", "gpus_available", "memory_domains",
-              "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token", "shapes",
-              "diagnostics")
+              "nvlink_domains", "model", "weights_gib", "kv_bytes_per_token",
+              "state_bytes_per_request", "shapes", "diagnostics")
 
 
 def check(deployment: Path) -> dict:
@@ -71,6 +71,8 @@ def _check(inputs: Inputs) -> tuple[dict, list[Diagnostic]]:
         "weights_gib": round(arch.weight_bytes(inputs.model.spec) / arch.GIB, 2),
         "kv_bytes_per_token": arch.kv_bytes_per_token(inputs.model.spec,
                                                       inputs.resolved.kv_cache_dtype.value),
+        # the linear-attention layers' state, held per request whatever its length
+        "state_bytes_per_request": arch.state_bytes_per_request(inputs.model.spec),
         "shapes": [f.to_dict() for f in pre.fits],
         "diagnostics": [d.to_dict() for d in pre.diagnostics],
         "group": inputs.hardware.metadata.name,

@@ -3,7 +3,10 @@
 Formulas follow REFERENCE-DATA.md B2/B3 (e.g. DeepSeek-V3 attention 187.1M per layer, routed
 experts 653.9B, MLA cache (512 + 64) x 61 bytes per token at FP8). DeepSeek V4.1's compressed
 sparse attention follows vLLM 0.33 `models/deepseek_v41/` (attention.py, compressor.py,
-common/engram.py, nvidia/model.py, nvidia/dspark.py) and `models/deepseek_v4/common/vision.py`.
+common/engram.py, nvidia/model.py, nvidia/dspark.py) and `models/deepseek_v4/common/vision.py`;
+MiniMax M3's block-sparse attention `models/minimax_m3/` (nvidia/model.py, common/indexer.py)
+and Kimi K3's linear attention, gated MLA and latent MoE `models/kimi_k3/nvidia/` (kda.py,
+mla.py, model.py) with `model_executor/layers/mamba/mamba_utils.py` (the KDA state).
 """
 
 from dataclasses import dataclass
@@ -22,6 +25,11 @@ MX_BLOCK = 32
 # all head_dim dims in FP8 with one UE8M0 scale per 32 (l.131-137, 522: 528 B on SM100); the FP8
 # indexer key is head_dim FP8 + one FP32 scale per 128 (_indexer_k_cache_head_dim, l.101-109).
 CSA_INDEX_SCALE_BLOCK = 128
+# The KDA state's dtypes (mamba_utils.py MambaStateDtypeCalculator.kda_state_dtype l.133-148):
+# the recurrent state FP32 under the default mamba_ssm_cache_dtype 'auto', the convolution
+# state in the model dtype (BF16)
+KDA_RECURRENT_BYTES = 4
+KDA_CONV_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -38,11 +46,12 @@ class Params:
     draft: int  # MTP / DSpark layers, not counted in total
     draft_experts: int = 0  # the draft's routed experts (in `draft`), stored like the target's
     vision: int = 0  # the vision tower, not counted in total (--language-model-only skips it)
+    latent_proj: int = 0  # latent MoE: each MoE layer's hidden <-> latent projections
 
     @property
     def total(self) -> int:
         return (self.attention + self.dense_ffn + self.shared_experts + self.routed_experts
-                + self.router + self.embedding + self.lm_head)
+                + self.router + self.embedding + self.lm_head + self.latent_proj)
 
     @property
     def non_expert(self) -> int:
@@ -51,6 +60,28 @@ class Params:
 
 def moe_layers(spec: ModelSpec) -> int:
     return spec.layers - spec.dense_layers if spec.moe else 0
+
+
+def linear_layers(spec: ModelSpec) -> int:
+    """Layers of linear attention; `attention` describes the other (full-attention) ones."""
+    return len(spec.linear_attention.layers) if spec.linear_attention else 0
+
+
+def attention_layers(spec: ModelSpec) -> int:
+    return spec.layers - linear_layers(spec)
+
+
+def linear_attention_params_per_layer(spec: ModelSpec) -> int:
+    """One KDA layer (kimi_k3/nvidia/kda.py KimiK3DeltaAttention): in_proj_qkvgfab (q, k, v and
+    the output gate, heads x head_dim each, the gate's low-rank f_a of head_dim and beta of
+    one per head, l.635-662), f_b_proj (head_dim -> heads x head_dim, l.664), the q/k/v short
+    convolutions (l.678), dt_bias (l.671), A_log (l.814), the output norm and o_proj (l.878)."""
+    la, h = spec.linear_attention, spec.hidden_size
+    if not la:
+        return 0
+    width = la.heads * la.head_dim
+    return (h * (4 * width + la.head_dim + la.heads) + la.head_dim * width
+            + 3 * width * la.conv_kernel + width + la.heads + la.head_dim + width * h)
 
 
 def attention_params_per_layer(spec: ModelSpec) -> int:
@@ -64,27 +95,39 @@ def attention_params_per_layer(spec: ModelSpec) -> int:
             else h * a.heads * a.head_dim
         kv = h * (lora + rope) + lora * a.heads * (a.head_dim - rope + v)
         out = a.heads * v * h
-        params = q + kv + out
+        gate = h * a.heads * v if a.output_gate else 0  # mla.py l.222 (KimiK3MergedQKVGate)
+        params = q + kv + out + gate
     else:
         params = h * a.heads * a.head_dim * 2 + h * a.kv_heads * a.head_dim * 2
     return params + indexer_params(spec)
 
 
 def indexer_params(spec: ModelSpec) -> int:
-    """One sparse indexer (DSA): its query, key and head-weight projections."""
+    """One sparse indexer: its query and key projections, and (DSA) its head weights; MiniMax
+    M3's GQA indexer has none (its index q and k are part of the fused qkv_proj: vLLM
+    model_executor/layers/linear.py MinimaxM3QKVParallelLinearWithIndexer l.1433-1445)."""
     a, h = spec.attention, spec.hidden_size
     if not a.indexer or a.kind == "csa":
         return 0
     ix = a.indexer
-    return (a.q_lora_rank or h) * ix.heads * ix.head_dim + h * ix.head_dim + h * ix.heads
+    weights = 0 if a.kind == "gqa" else h * ix.heads
+    return (a.q_lora_rank or h) * ix.heads * ix.head_dim + h * ix.head_dim + weights
+
+
+def indexer_owners(spec: ModelSpec) -> list[int] | None:
+    """The layers that run their own indexer: those named (IndexShare), else the sparse layers;
+    None: every layer."""
+    ix = spec.attention.indexer
+    if not ix:
+        return []
+    return ix.source_layers if ix.source_layers is not None else ix.layers
 
 
 def indexer_layers(spec: ModelSpec) -> int:
-    """Target layers that own an indexer: those named (IndexShare), else every layer."""
-    ix = spec.attention.indexer
-    if not ix:
-        return 0
-    return len(ix.source_layers) if ix.source_layers is not None else spec.layers
+    """Target layers that own an indexer: those named (IndexShare or the sparse layers), else
+    every attention layer."""
+    owners = indexer_owners(spec)
+    return attention_layers(spec) if owners is None else len(owners)
 
 
 def csa_layer_params(spec: ModelSpec) -> int:
@@ -136,21 +179,33 @@ def engram_entries(spec: ModelSpec) -> int:
 
 def vision_params(spec: ModelSpec) -> int:
     """ViT blocks (fused qkv and out; a gated or plain MLP), patch embedding (3 channels x
-    frames x patch^2 in), the position table and the mergers' two linears (DeepSeek V4.1:
-    models/deepseek_v4/common/vision.py l.81-216, 341-362; Qwen3-VL:
-    model_executor/models/qwen3_vl.py l.378-560, 617-655)."""
+    frames x patch^2 in), the position table, a per-patch projector and the mergers' two
+    linears (DeepSeek V4.1: models/deepseek_v4/common/vision.py l.81-216, 341-362; Qwen3-VL:
+    model_executor/models/qwen3_vl.py l.378-560, 617-655; MiniMax M3:
+    models/minimax_m3/common/vision_tower.py l.101-115, 204-220, 527-610; Kimi K3:
+    model_executor/models/kimi_k25_vit.py l.413-430, 894-940)."""
     v = spec.vision
     if not v:
         return 0
-    h = v.hidden_size
-    block = 4 * h ** 2 + (3 if v.mlp == "swiglu" else 2) * h * v.intermediate
-    merger = h * v.merge ** 2 * v.merger_hidden + v.merger_hidden * spec.hidden_size
+    h, text = v.hidden_size, spec.hidden_size
+    qkv = v.attention_width or h
+    block = 4 * h * qkv + (3 if v.mlp == "swiglu" else 2) * h * v.intermediate
+    projector = h * v.projector_hidden + v.projector_hidden * text
+    merged = text if v.projector_hidden else h  # what the mergers read per patch
+    merger = merged * v.merge ** 2 * v.merger_hidden + v.merger_hidden * text
     return (v.layers * block + 3 * v.temporal_patch * v.patch ** 2 * h
-            + v.position_embeddings * h + v.mergers * merger)
+            + v.position_embeddings * h + projector + v.mergers * merger)
 
 
 def expert_params(spec: ModelSpec) -> int:
-    """One routed (or shared) expert: gate, up and down projections."""
+    """One routed expert: gate, up and down projections, on the latent width where the model
+    has one (kimi_k3/nvidia/model.py KimiMoE l.383-385, 477-505)."""
+    moe = spec.moe
+    return 3 * (moe.latent_dim or spec.hidden_size) * moe.expert_intermediate if moe else 0
+
+
+def shared_expert_params(spec: ModelSpec) -> int:
+    """One shared expert: gate, up and down projections on the hidden width."""
     return 3 * spec.hidden_size * spec.moe.expert_intermediate if spec.moe else 0
 
 
@@ -160,11 +215,13 @@ def params(spec: ModelSpec) -> Params:
     shared = 0
     if moe:
         shared = round(n_moe * moe.shared_expert_layer_fraction) * moe.shared_experts \
-            * expert_params(spec)
+            * shared_expert_params(spec)
     layer = attention_params_per_layer(spec) + (
         3 * h * moe.expert_intermediate * (moe.top_k + moe.shared_experts) if moe else 0)
-    attention = attention_params_per_layer(spec) * spec.layers \
-        - indexer_params(spec) * (spec.layers - indexer_layers(spec))
+    full = attention_layers(spec)
+    attention = attention_params_per_layer(spec) * full \
+        - indexer_params(spec) * (full - indexer_layers(spec)) \
+        + linear_attention_params_per_layer(spec) * linear_layers(spec)
     if spec.attention.kind == "csa":
         attention += sum(csa_side_params(spec)) + hc_params(spec, spec.layers) \
             + engram_proj_params(spec)
@@ -179,6 +236,7 @@ def params(spec: ModelSpec) -> Params:
         draft=_draft_params(spec, layer),
         draft_experts=_draft_expert_params(spec),
         vision=vision_params(spec),
+        latent_proj=n_moe * 2 * h * moe.latent_dim if moe and moe.latent_dim else 0,
     )
 
 
@@ -223,7 +281,8 @@ def active_params(spec: ModelSpec) -> int:
     """Parameters touched per token: everything but the unrouted experts and the embedding."""
     p = params(spec)
     routed = moe_layers(spec) * spec.moe.top_k * expert_params(spec) if spec.moe else 0
-    return p.attention + p.dense_ffn + p.shared_experts + routed + p.router + p.lm_head
+    return (p.attention + p.dense_ffn + p.shared_experts + routed + p.router + p.lm_head
+            + p.latent_proj)
 
 
 def weight_bytes(spec: ModelSpec, dtype: str | None = None, vision: bool = False) -> float:
@@ -263,7 +322,8 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
     b = KV_BYTES[dt]
     if a.kind == "csa":  # the draft's layers are window-only (compress ratio 0)
         return round(csa_kv_bytes_per_token(spec, dt))
-    layers = spec.layers - a.sliding_layers + (spec.draft.layers if draft and spec.draft else 0)
+    layers = attention_layers(spec) - a.sliding_layers \
+        + (spec.draft.layers if draft and spec.draft else 0)
     if a.kind == "mla":
         lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
         # the indexer's key cache is FP8 with one FP32 scale per 128 whatever the KV dtype
@@ -275,9 +335,37 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str | None = None, draft: bool
         else:
             per_layer = (lora + rope) * b
         # the index key cache belongs to the indexer: only layers that own one keep it
-        owners = indexer_layers(spec) + (layers - spec.layers) if a.indexer else 0
+        owners = indexer_layers(spec) + (layers - attention_layers(spec)) if a.indexer else 0
         return per_layer * layers + index_key * owners
-    return 2 * a.kv_heads * a.head_dim * b * layers
+    return 2 * a.kv_heads * a.head_dim * b * layers + index_key_bytes_per_token(spec)
+
+
+def index_key_bytes_per_token(spec: ModelSpec) -> int:
+    """A GQA model's index keys (MiniMax M3): one key of the indexer's head_dim per token in
+    each layer that owns an indexer (common/indexer.py MiniMaxM3IndexerCache.get_kv_cache_spec
+    l.145-153: one head, key only), in the indexer cache's dtype whatever the KV dtype; every
+    TP rank keeps them all (the index key is one replicated head). MLA and compressed models
+    count theirs with their latent."""
+    ix = spec.attention.indexer
+    if not ix or spec.attention.kind != "gqa":
+        return 0
+    record = ix.head_dim * 2 if ix.key_cache == "bf16" else \
+        ix.head_dim + 4 * (ix.head_dim // CSA_INDEX_SCALE_BLOCK)
+    return record * indexer_layers(spec)
+
+
+def state_bytes_per_request(spec: ModelSpec, draft_tokens: int = 0) -> int:
+    """The linear-attention layers' state of one request, whatever its length
+    (mamba_utils.py kda_state_shape l.296-319): per head a head_dim x head_dim recurrent
+    matrix, and the q, k and v short convolution's last conv_kernel - 1 inputs (plus one per
+    speculative token verified)."""
+    la = spec.linear_attention
+    if not la:
+        return 0
+    width = la.heads * la.head_dim
+    recurrent = la.heads * la.head_dim ** 2 * KDA_RECURRENT_BYTES
+    conv = 3 * width * (la.conv_kernel - 1 + draft_tokens) * KDA_CONV_BYTES
+    return (recurrent + conv) * len(la.layers)
 
 
 def csa_record_bytes(spec: ModelSpec, kv_dtype: str) -> int:

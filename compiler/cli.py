@@ -53,8 +53,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"ok: {result['system']}, {result['racks']} rack(s), {result['trays']} trays, "
           f"{result['gpus_available']}/{result['gpus']} GPUs available, "
           f"{result['memory_domains']} memory domains, {result['nvlink_domains']} NVLink domain(s)")
+    state = result["state_bytes_per_request"]
     print(f"model {result['model']}: {result['weights_gib']} GiB of weights, "
-          f"{result['kv_bytes_per_token']} KV bytes per token")
+          f"{result['kv_bytes_per_token']} KV bytes per token"
+          + (f", {state / 2 ** 20:.1f} MiB of linear-attention state per request" if state
+             else ""))
     groups = list(dict.fromkeys(s.get("group") for s in result["shapes"])) or [None]
     for group in groups:  # a mixed fleet: each group's shapes
         for role in ("prefill", "decode"):

@@ -29,12 +29,19 @@ def attention_options(e: Engines, kind: str, sparse: bool, family: str,
                   "catalog", "; ".join(f.source for f in facts))
 
 
-def block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
-    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others).
+def block_size(e: Engines, backend: str, architecture: str, given: int | None) -> Choice[int]:
+    """The KV block: a multiple of the attention backend's kernel block (vLLM refuses others),
+    or of the architecture's own attention layers' where it has some (MiniMax M3's MSA).
     The user's value is checked in load (check_block_size)."""
-    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
+    needs = e.vllm.models.get(architecture)
     if given is not None:
         return Choice("serving.block_size", given, "user", "written in the deployment")
+    if needs and needs.block_sizes:
+        return Choice("serving.block_size", max(64, min(needs.block_sizes.value)),
+                      "rule:kernel-block", f"{architecture}'s attention kernel block "
+                      f"({needs.block_sizes.source}), at least 64 tokens for the KV router's "
+                      "prefix hashing")
+    kernel = e.vllm.attention.kernel_block_sizes.get(backend)
     if kernel is None:
         d = e.vllm.attention.default_block_size
         return Choice("serving.block_size", d.value, "default", d.source)
@@ -42,6 +49,13 @@ def block_size(e: Engines, backend: str, given: int | None) -> Choice[int]:
                   f"{backend}'s kernel block ({kernel.source}), at least 64 tokens for the KV "
                   "router's prefix hashing")
 
+
+def model_flags(e: Engines, architecture: str) -> Choice[list[str]] | None:
+    """Flags vLLM needs for this architecture whatever the deployment (None: none)."""
+    needs = e.vllm.models.get(architecture)
+    if not (needs and needs.flags):
+        return None
+    return Choice("serving.model_flags", list(needs.flags.value), "catalog", needs.flags.source)
 
 def expert_format(e: Engines, model: ModelV1) -> Choice[str]:
     d = model.spec.dtypes.experts

@@ -48,7 +48,27 @@ def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
                          f"the width of the dense FFN of {dense} layers", "0",
                          "give the config's intermediate_size (a model without experts runs "
                          "a dense FFN in every layer)"))
-    return out + _check_csa(spec, src)
+    return out + _check_csa(spec, src) + _check_named_layers(spec, src)
+
+
+def _check_named_layers(spec, src: SourceMap) -> list[Diagnostic]:
+    """The sparse layers and the linear-attention layers: distinct ids of existing layers,
+    and no layer both."""
+    a, out = spec.attention, []
+    named = [(("attention", "indexer", "layers"), a.indexer.layers if a.indexer else None),
+             (("linear_attention", "layers"),
+              spec.linear_attention.layers if spec.linear_attention else None)]
+    for path, ids in named:
+        if ids and (max(ids) >= spec.layers or len(set(ids)) != len(ids)):
+            out.append(diag(src, ("spec", *path), "E104",
+                             f"distinct layer ids below layers ({spec.layers})", str(ids)[:60],
+                             "layer ids count from 0"))
+    sparse, linear = (set(ids or ()) for _, ids in named)
+    if sparse & linear:
+        out.append(diag(src, ("spec", "linear_attention", "layers"), "E104",
+                         "layers apart from the indexer's", str(sorted(sparse & linear))[:60],
+                         "a layer runs linear attention or attention, not both"))
+    return out
 
 
 def _check_csa(spec, src: SourceMap) -> list[Diagnostic]:

@@ -165,7 +165,7 @@ def _group_inputs(dep: DeploymentV1, units: list[tuple[RackV1 | ClusterV1, Sourc
         d = dep if len(units) == 1 else _scaled(dep, share / sum(gpus))
         sources = {"deployment": dsrc, "hardware": hsrc, "model": model_src}
         resolved = resolve(d, hw, model, system, sources, digest)
-        _check_block_size(d, resolved, dsrc)
+        _check_block_size(d, resolved, dsrc, model.spec.architecture)
         out.append(Inputs(d, hw, model, system, catalog.workload(d.spec.workload.profile),
                           sources, resolved, files, kernels, at))
         racks, trays = layout(hw, system)
@@ -203,10 +203,11 @@ def _scaled(dep: DeploymentV1, share: float) -> DeploymentV1:
     return dep.model_copy(update={"spec": spec})
 
 
-def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap) -> None:
+def _check_block_size(dep: DeploymentV1, resolved: Resolved, src: SourceMap,
+                      architecture: str) -> None:
     block = dep.spec.serving.block_size
     problem = None if block is None else kernel_block_problem(
-        resolved.attention_backend.value, block)
+        resolved.attention_backend.value, block, architecture)
     if problem:
         raise CompileError([diag(src, ("spec", "serving", "block_size"), "E105",
                                   "a multiple of the attention kernel block", str(block),

@@ -108,7 +108,8 @@ def _serving(inputs: Inputs) -> Serving:
                    linear_backend=r.linear_backend.value, speculative=spec,
                    engram_placement=r.engram_placement.value,
                    language_model_only=bool(r.language_model_only
-                                            and r.language_model_only.value))
+                                            and r.language_model_only.value),
+                   model_flags=list(r.model_flags.value) if r.model_flags else [])
 
 
 def _engine(inputs: Inputs, role: str, shape: Shape, pipelined: bool

@@ -53,6 +53,7 @@ class GpuBudget:
     offload_gib: float = 0.0  # weights in pinned host memory (compiler.offload)
     kv_token_bytes: float = 0.0  # KV per token of context on this GPU (its stage's layers)
     kv_window_bytes: float = 0.0  # KV per request of its sliding-window layers (whole window)
+    state_bytes: float = 0.0  # per request: its linear-attention layers' state, any length
 
     @property
     def utilization(self) -> float:
@@ -92,8 +93,9 @@ class GpuBudget:
 
     def request_kv_gib(self, context_tokens: int) -> float:
         """One request's KV on this GPU at `context_tokens` of context (its window layers
-        counted whole, as for the maximum-length request)."""
-        return (self.kv_token_bytes * context_tokens + self.kv_window_bytes) / GIB
+        counted whole, as for the maximum-length request, and its linear-attention state)."""
+        return (self.kv_token_bytes * context_tokens + self.kv_window_bytes
+                + self.state_bytes) / GIB
 
     def requests_at(self, context_tokens: int) -> int:
         """Requests of `context_tokens` each whose KV the KV cache holds at once."""
@@ -111,7 +113,9 @@ def weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False,
 def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = False,
                            vision: bool = False) -> list[tuple[float, float]]:
     """(routed experts, the rest) per GPU of each pipeline stage; the draft (its experts split
-    like the target's) and the vision tower (split by TP) on the last and first stage."""
+    like the target's) and the vision tower (split by TP) on the last and first stage. A
+    latent MoE's projections are whole on every rank (kimi_k3/nvidia/model.py l.477-505:
+    ReplicatedLinear)."""
     p = arch.params(model)
     eb = arch.dtype_bytes(model, "experts")
     wb = arch.dtype_bytes(model, "weights")
@@ -125,7 +129,8 @@ def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = Fa
     head = p.embedding + p.lm_head
     if shape.pp == 1:
         experts = p.routed_experts * replicas * eb / shape.gpus
-        rest = ((p.non_expert - head) * wb + head * hb) / shape.tp
+        rest = ((p.non_expert - head - p.latent_proj) * wb + head * hb) / shape.tp \
+            + p.latent_proj * wb
         return [(experts / GIB, (rest + draft + tower) / GIB)]
     out = []
     n_moe = arch.moe_layers(model)
@@ -141,8 +146,9 @@ def stage_weight_parts_gib(model: ModelSpec, shape: Shape, with_draft: bool = Fa
             heads += p.lm_head or p.embedding
         experts = p.routed_experts * moe_share * replicas * eb / shape.stage_gpus
         out.append((experts / GIB,
-                    ((rest * wb + heads * hb) / shape.tp + (draft if s == shape.pp - 1 else 0.0)
-                     + (tower if s == 0 else 0.0)) / GIB))
+                    ((rest * wb + heads * hb) / shape.tp + p.latent_proj * moe_share * wb
+                     + (draft if s == shape.pp - 1 else 0.0) + (tower if s == 0 else 0.0))
+                    / GIB))
     return out
 
 
@@ -152,8 +158,16 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, shape: Shape, kv_dtype: str) ->
     per_token = arch.kv_bytes_per_token(model, kv_dtype)
     a = model.attention
     if shape.tp > 1 and a.kind != "mla":
-        return per_token * max(1, a.kv_heads // shape.tp) / a.kv_heads
+        index = arch.index_key_bytes_per_token(model)  # one replicated head: whole per rank
+        return (per_token - index) * max(1, a.kv_heads // shape.tp) / a.kv_heads + index
     return per_token
+
+
+def state_bytes_per_gpu(model: ModelSpec, shape: Shape, draft_tokens: int) -> float:
+    """A request's linear-attention state on one GPU of its DP rank: heads split over TP
+    (kimi_k3/nvidia/model.py get_mamba_state_shape_from_config l.1506-1523, divided by the TP
+    size in mamba_utils.py kda_state_shape)."""
+    return arch.state_bytes_per_request(model, draft_tokens) / shape.tp
 
 
 def activations_gib(model: ModelSpec) -> float:
@@ -187,6 +201,7 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
     dtype = r.kv_cache_dtype.value
     per_token = kv_bytes_per_token_per_gpu(model, shape, dtype)
     window = arch.kv_window_bytes_per_request(model, dtype)
+    state = state_bytes_per_gpu(model, shape, r.speculative.draft_tokens if r.speculative else 0)
     engram = arch.engram_bytes(model) / max(1, engram_gpus) if r.engram_in_hbm(role) else 0.0
     buffers = engine_policy.of(inputs, role, shape).buffers_gib
     workspace = activations_gib(model) + buffers + r.engines.vllm.memory.redundancy_gib.value
@@ -199,11 +214,14 @@ def stage_budgets(inputs, role: str, shape: Shape, engram_gpus: int) -> list[Gpu
                                                              r.loads_vision), held, strict=True):
         share = (n - w) / full if shape.pp > 1 and full else 1.0  # of the full layers' KV
         window_share = w / sliding if shape.pp > 1 and sliding else 1.0
-        kv = per_token * share * r.max_model_len.value + window * window_share
+        state_share = n / model.layers if shape.pp > 1 else 1.0  # linear layers: spread evenly
+        kv = (per_token * share * r.max_model_len.value + window * window_share
+              + state * state_share)
         out.append(GpuBudget(
             capacity_gib=inputs.system.gpu.hbm_gib.value, reserved_gib=r.gpu_reserve_gib.value,
             weights_gib=sum(parts) - min(away.host_gib, sum(parts)) + away.buffer_gib,
             engram_gib=engram / GIB, workspace_gib=workspace, kv_min_gib=kv / GIB,
             pool_in_hbm=role == "prefill" and r.kv_pool_hbm.value, offload_gib=away.host_gib,
-            kv_token_bytes=per_token * share, kv_window_bytes=window * window_share))
+            kv_token_bytes=per_token * share, kv_window_bytes=window * window_share,
+            state_bytes=state * state_share))
     return out

@@ -78,7 +78,8 @@ def layer_gib(model: ModelSpec, shape: Shape, layer: int) -> tuple[float, float]
     replicas = model.moe.slots / model.moe.experts if shape.ep > 1 else 1.0
     experts = p.routed_experts / n_moe * replicas * arch.dtype_bytes(model, "experts") \
         / shape.stage_gpus / GIB
-    return experts, (rest + (p.shared_experts + p.router) / n_moe) * weights
+    latent = p.latent_proj / n_moe * arch.dtype_bytes(model, "weights") / GIB  # every rank's
+    return experts, (rest + (p.shared_experts + p.router) / n_moe) * weights + latent
 
 
 def of(inputs, role: str, shape: Shape) -> Offload | None:

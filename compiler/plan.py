@@ -99,7 +99,7 @@ class Speculative(OmitsOptional):
 
 
 class Serving(OmitsOptional):
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("language_model_only",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("language_model_only", "model_flags")
     name: str  # deployment metadata.name
     namespace: str
     vllm_version: str
@@ -112,6 +112,7 @@ class Serving(OmitsOptional):
     speculative: Speculative | None
     engram_placement: Literal["hbm", "dram"]  # what the deployment asked for
     language_model_only: bool = False  # the vision tower is not loaded
+    model_flags: list[str] = []  # what vLLM needs for the architecture (--trust-remote-code)
 
 
 class RankGroup(OmitsOptional):

@@ -142,6 +142,7 @@ class Resolved:
     host: HostReserve
     uses_draft: bool
     language_model_only: Choice[bool] | None  # skip the vision tower (None: the model has none)
+    model_flags: Choice[list[str]] | None  # the architecture's own flags (None: it needs none)
     engines: Engines
     site: Site  # what the cluster decides: images, RDMA, model cache (compiler.site lowers it)
     name: str  # the deployment's
@@ -240,7 +241,8 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
                          m.attention.indexer is not None, family)
     return dict(
         kv_cache_dtype=kv, max_model_len=length,
-        block_size=engine_choices.block_size(engines, backend.value, s.block_size),
+        block_size=engine_choices.block_size(engines, backend.value, m.architecture,
+                                              s.block_size),
         attention_backend=backend,
         attention_options=engine_choices.attention_options(engines, m.attention.kind,
                                              m.attention.indexer is not None, family, kv.value),
@@ -248,7 +250,8 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
         linear_backend=engine_choices.linear(engines, engine_choices.linear_format(m), family),
         draft_moe_backend=engine_choices.draft_moe(engines, model, s.speculative is not None),
         uses_draft=bool(s.speculative and s.speculative.method in ("mtp", "dspark")),
-        language_model_only=_language_model_only(dep, model))
+        language_model_only=_language_model_only(dep, model),
+        model_flags=engine_choices.model_flags(engines, m.architecture))
 
 
 def _memory(dep: DeploymentV1, hardware: RackV1 | ClusterV1, model: ModelV1, system: System,
@@ -436,13 +439,17 @@ def _override(path: str, given: float | None, fact) -> Choice[float]:
     return Choice(path, float(fact.value), "catalog", fact.source)
 
 
-def kernel_block_problem(backend: str, block: int) -> str | None:
-    """Why `block` does not run on `backend` (None when it does)."""
-    kernel = catalog.engines().vllm.attention.kernel_block_sizes.get(backend)
-    if kernel is None or any(block % k == 0 for k in kernel.value):
-        return None
-    return (f"{backend} runs kernel blocks of {kernel.value} tokens and vLLM needs a multiple "
-            f"({kernel.source})")
+def kernel_block_problem(backend: str, block: int, architecture: str = "") -> str | None:
+    """Why `block` does not run on `backend`, or on the architecture's own attention layers
+    (None when it does)."""
+    vllm = catalog.engines().vllm
+    needs = vllm.models.get(architecture)
+    for name, kernel in ((architecture, needs.block_sizes if needs else None),
+                         (backend, vllm.attention.kernel_block_sizes.get(backend))):
+        if kernel is not None and not any(block % k == 0 for k in kernel.value):
+            return (f"{name} runs kernel blocks of {kernel.value} tokens and vLLM needs a "
+                    f"multiple ({kernel.source})")
+    return None
 
 
 def _digest(inputs_digest: str, dep: DeploymentV1, hardware: RackV1 | ClusterV1,

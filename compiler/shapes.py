@@ -112,6 +112,9 @@ def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: in
         return f"{shape.gpus} GPUs are not whole trays of {per_tray}"
     if shape.tp > 1 and model.attention.heads % shape.tp:
         return f"{model.attention.heads} attention heads do not split over TP{shape.tp}"
+    la = model.linear_attention
+    if shape.tp > 1 and la and la.heads % shape.tp:  # kimi_k3/nvidia/kda.py l.613
+        return f"{la.heads} linear-attention heads do not split over TP{shape.tp}"
     return None
 
 
@@ -121,12 +124,13 @@ def _pipeline_problem(shape: Shape, model: ModelSpec, pipeline: Pipeline) -> str
                 f"TP{shape.dp}EP{shape.dp}PP{shape.pp} or TP{shape.dp}PP{shape.pp})")
     if model.layers < shape.pp:
         return f"{model.layers} layers do not split over {shape.pp} pipeline stages"
-    hybrid = model.attention.sliding_layers or \
+    hybrid = model.attention.sliding_layers or model.linear_attention or \
         model.architecture in pipeline.hybrid_kv_architectures.value
     if hybrid and pipeline.kv_transfer_full_attention_only.value:
         why = (f"{model.attention.sliding_layers} sliding-window layers"
-               if model.attention.sliding_layers else f"{model.architecture}'s compressed "
-               "attention caches")
+               if model.attention.sliding_layers else
+               "the linear-attention layers' state" if model.linear_attention else
+               f"{model.architecture}'s compressed attention caches")
         return ("rackc pipelines prefill only where every layer is full attention, the layout "
                 f"vLLM 0.33's NIXL connectors hand off from stages ({why} make the KV layout "
                 "hybrid)")

@@ -22,15 +22,28 @@ TOKENS = 1 << 24
 
 
 class Indexer(StrictModel):
-    """Sparse-attention indexer (DSA): each query attends to its top-k tokens only."""
+    """Sparse-attention indexer: each query attends to its top-k tokens (DSA) or top-k blocks
+    of `block` tokens (MiniMax M3's MSA) only."""
 
     heads: Annotated[int, bounded(HEADS)]
     head_dim: Annotated[int, bounded(HEAD_DIM)]
-    topk: Annotated[int, bounded(TOKENS)]
+    topk: Annotated[int, bounded(TOKENS)] = Field(description="Tokens (blocks) kept per query")
     source_layers: list[Annotated[int, bounded(LAYERS, least=0)]] | None = Field(
         None, max_length=LAYERS,
         description="Layers that run an indexer (DeepSeek V4.1 index_source_layer_ids); "
                     "the rest reuse the latest one below them. None: every layer")
+    block: Annotated[int, bounded(TOKENS)] = Field(
+        1, description="Tokens per scored block: the indexer keeps its top-k blocks of this "
+                       "many tokens (MiniMax M3 sparse_block_size 128); 1: tokens (DSA)")
+    layers: list[Annotated[int, bounded(LAYERS, least=0)]] | None = Field(
+        None, max_length=LAYERS,
+        description="Layers that attend sparsely, each with its own indexer (MiniMax M3 "
+                    "sparse_attention_freq); the others attend to every token and keep no "
+                    "index key. None: every layer")
+    key_cache: Literal["fp8_scaled", "bf16"] = Field(
+        "fp8_scaled", description="The index key cache: FP8 with one FP32 scale per 128 "
+                                  "whatever the KV dtype (vLLM's DSA indexer cache), or BF16 "
+                                  "(MiniMax M3's indexer_kv_dtype default)")
 
 
 class KvSharing(StrictModel):
@@ -68,6 +81,24 @@ class Attention(StrictModel):
     sliding_layers: Annotated[int, bounded(LAYERS, least=0)] = Field(
         0, description="How many layers use the window")
     kv_sharing: KvSharing | None = None
+    output_gate: bool = Field(
+        False, description="MLA with a sigmoid gate on the attention output: a hidden x "
+                           "heads x v_head_dim projection (Kimi K3 mla_use_output_gate)")
+
+
+class LinearAttention(StrictModel):
+    """Linear-attention layers (Kimi Delta Attention, vLLM models/kimi_k3/nvidia/kda.py): each
+    keeps a fixed-size state per request, a head_dim x head_dim FP32 matrix per head and the
+    short convolution's last conv_kernel - 1 inputs of q, k and v, instead of a KV cache per
+    token; `attention` describes the other layers."""
+
+    kind: Literal["kda"]
+    layers: list[Annotated[int, bounded(LAYERS, least=0)]] = Field(
+        min_length=1, max_length=LAYERS, description="The layers (from 0) that run it")
+    heads: Annotated[int, bounded(HEADS)]
+    head_dim: Annotated[int, bounded(HEAD_DIM)]
+    conv_kernel: Annotated[int, bounded(64)] = Field(
+        4, description="Short convolution width over q, k and v")
 
 
 class Moe(StrictModel):
@@ -82,6 +113,11 @@ class Moe(StrictModel):
         0, description="Extra replicas of routed experts spread over the EP ranks (EPLB), so "
                        "that experts + redundant divide by the EP size; a Deployment's "
                        "serving.redundant_experts sets it")
+    latent_dim: Annotated[int, bounded(WIDTH)] | None = Field(
+        None, description="Width the routed experts work in (Kimi K3 "
+                          "routed_expert_hidden_size): each MoE layer projects hidden -> "
+                          "latent before them and back after; shared experts stay on the "
+                          "hidden. None: hidden")
 
     @property
     def slots(self) -> int:
@@ -134,6 +170,8 @@ class Vision(StrictModel):
     heads: Annotated[int, bounded(HEADS)]
     intermediate: Annotated[int, bounded(WIDTH)]
     mlp: Literal["swiglu", "gelu"] = Field(description="Gated (3 matrices) or plain (2) MLP")
+    attention_width: Annotated[int, bounded(WIDTH)] | None = Field(
+        None, description="Width of q, k and v (Kimi K3 qkv_hidden_size); None: hidden")
     patch: Annotated[int, bounded(HEAD_DIM)]
     temporal_patch: Annotated[int, bounded(16)] = Field(
         1, description="Frames per patch (video-capable towers)")
@@ -145,6 +183,10 @@ class Vision(StrictModel):
         1, description="Patch mergers (Qwen3-VL: 1 + deepstack levels)")
     merger_hidden: Annotated[int, bounded(WIDTH)] = Field(
         description="Width of a merger's two-layer MLP")
+    projector_hidden: Annotated[int, bounded(WIDTH, least=0)] = Field(
+        0, description="A two-layer projector per patch, hidden -> projector_hidden -> the "
+                       "text width, before the mergers, which then merge text-width patches "
+                       "(MiniMax M3 multi_modal_projector); 0: none")
     max_tokens_per_image: Annotated[int, bounded(TOKENS)] | None = Field(
         None, description="The processor's cap on one image's tokens")
 
@@ -174,6 +216,7 @@ class ModelSpec(StrictModel):
     tie_embeddings: bool = False
     max_context_tokens: Annotated[int, bounded(TOKENS)]
     attention: Attention
+    linear_attention: LinearAttention | None = None
     moe: Moe | None = None
     engram: Engram | None = None
     mhc_routes: Annotated[int, bounded(64)] | None = Field(

@@ -171,6 +171,7 @@ def engine_args(plan: Plan, component: Component, target: str) -> list[str]:
              **spec.options})]
     if plan.serving.language_model_only:
         args.append("--language-model-only")
+    args += plan.serving.model_flags
     # The same for every replica (it depends on the shape); each is checked against the plan.
     engrams = [engram_config(plan, i, version) for i in instances]
     engram = engrams[0]

@@ -130,6 +130,14 @@ class SpeculativeOptions(_Strict):
     options: dict[str, Fact[dict[str, str | bool]]]
 
 
+class ModelNeeds(_Strict):
+    """What the release needs to serve one architecture beyond what its attention kind and
+    experts ask for."""
+
+    block_sizes: Fact[list[int]] | None = None  # kernel blocks its own attention layers read
+    flags: Fact[list[str]] | None = None  # flags every engine serving it takes
+
+
 class Vllm(_Strict):
     name: Literal["vllm"]
     version: str
@@ -143,6 +151,7 @@ class Vllm(_Strict):
     kv_connectors: KvConnectors
     pipeline: Pipeline
     offload: Offload
+    models: dict[str, ModelNeeds] = Field(default_factory=dict)  # by architecture
 
 
 class Router(_Strict):

@@ -120,8 +120,16 @@ DEFAULT_CURVES: dict[str, Curve] = {
     "copy": Curve(1.0, 1.0, 0.80, 3.0),
 }
 # An op without curves of its own borrows a kindred op's: the indexer streams a key cache
-# against a few query rows, as decode attention does.
-KINDRED = {"indexer": "attn_decode"}
+# against a few query rows, as decode attention does, and linear attention streams each
+# sequence's state.
+KINDRED = {"indexer": "attn_decode", "linear_attention": "attn_decode"}
+# Tokens per chunk of the chunked linear-attention prefill: assumed 64, as vLLM's chunked
+# delta-rule kernels take (model_executor/layers/mamba/ops/gdn_chunk_cutedsl/__init__.py
+# chunk_size 64); the KDA ones read FLA_CHUNK_SIZE (models/kimi_k3/nvidia/ops/third_party/kda/
+# chunk.py l.289) from a module this install lacks
+LINEAR_CHUNK = 64
+# State bytes per element of the linear attention's recurrent state (FP32: compiler.arch)
+STATE_BYTES = 4
 
 
 def _act_bytes(dtype: str) -> float:
@@ -196,6 +204,20 @@ def indexer_work(dtype: str, batch: int, q_len: int, heads: int, head_dim: int,
     nbytes = (batch * kv_len * head_dim * BYTES[dtype] + batch * q_len * heads * head_dim * 2
               + 2 * batch * q_len * kv_len * 4)
     return Work(flops, nbytes, size=q_len * heads, depth=head_dim, streams=batch)
+
+
+def linear_attention_work(batch: int, q_len: int, heads: int, head_dim: int) -> Work:
+    """Linear attention (gated delta rule) of `batch` sequences, `q_len` new tokens each, at
+    any context length: per token and head, four head_dim x head_dim passes over the state
+    (its decay, its prediction of the key's value, the rank-1 update, the query's read),
+    and within a chunk the tokens' keys against the chunk's other queries and keys; each
+    sequence's FP32 state is read and written once, the tokens' q, k, v, gate and output
+    stream through in BF16."""
+    d, tokens = head_dim, batch * q_len
+    chunk = min(q_len, LINEAR_CHUNK)
+    flops = 2.0 * tokens * heads * (4 * d * d + 2 * chunk * d)
+    nbytes = 2 * batch * heads * d * d * STATE_BYTES + tokens * heads * d * 5 * 2
+    return Work(flops, nbytes, size=chunk, depth=d, streams=batch * heads)
 
 
 def copy_work(nbytes: float) -> Work:
@@ -349,6 +371,12 @@ class OpModel:
         """The sparse-attention indexer's logits and top-k over all `kv_len` cached tokens."""
         work = indexer_work(dtype, batch, q_len, heads, head_dim, kv_len)
         return self.time_us("indexer", dtype, work, placement)
+
+    def linear_attention(self, batch: int, q_len: int, heads: int, head_dim: int) -> float:
+        """The linear-attention core of `batch` sequences of `q_len` new tokens each: its
+        cost grows with the new tokens, never with the context."""
+        return self.time_us("linear_attention", "bf16",
+                            linear_attention_work(batch, q_len, heads, head_dim))
 
     def copy(self, nbytes: float, placement: str = "interleaved") -> float:
         """Device-to-device copy; `nbytes` counts bytes read plus bytes written."""

@@ -110,9 +110,10 @@ def _interned(**fields) -> PerfContext:
 
 def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: int,
                          w: Workload) -> int:
-    """Requests of average length whose KV fits in the KV cache of the memory budget."""
+    """Requests of average length whose KV (and linear-attention state) fits in the KV cache
+    of the memory budget."""
     mem = gpu_budget(inputs, role, shape, engram_gpus)
-    per_request = mem.kv_token_bytes * (w.isl + w.osl)
+    per_request = mem.kv_token_bytes * (w.isl + w.osl) + mem.state_bytes
     free = mem.kv_gib * arch.GIB
     return max(0, int(free / per_request)) if per_request else MAX_DECODE_BATCH
 

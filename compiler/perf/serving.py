@@ -106,8 +106,10 @@ def prefill_time(g: Group, tokens: int, new: float, cached: float) -> StepTime:
 
 
 def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) -> float:
-    """Prefill-to-decode KV hand-off (NIXL): over NVLink inside a rack, else RDMA."""
-    nbytes = tokens * arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype)
+    """Prefill-to-decode KV hand-off (NIXL) of one request of `tokens`: its KV and its
+    linear-attention state, over NVLink inside a rack, else RDMA."""
+    nbytes = tokens * arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype) \
+        + arch.state_bytes_per_request(ctx.model)
     return comm.transfer_us(ctx.system, nbytes, "nvlink" if same_nvlink_domain else "rdma",
                             ctx.nic_gbps)
 

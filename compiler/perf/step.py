@@ -127,33 +127,49 @@ def _link(ctx: PerfContext, shape: Shape) -> comm.Link:
 
 
 def attention_layer(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float,
-                    kv_len: float, prefill: bool, sliding: bool = False) -> None:
+                    kv_len: float, prefill: bool, sliding: bool = False,
+                    sparse: bool = True) -> None:
     """Projections and attention core of one layer: `seqs` sequences per DP rank, each with
-    `q_len` new tokens over `kv_len` cached ones."""
+    `q_len` new tokens over `kv_len` cached ones; `sparse` False: a layer that attends to
+    every token though the model has an indexer (Indexer.layers)."""
     a = ctx.model.attention
     tokens = max(1, round(seqs * q_len))
     heads = max(1, a.heads // shape.tp)
     if sliding and a.sliding_window:
         kv_len = min(kv_len, a.sliding_window)
     if a.kind == "mla":
-        _mla(ctx, st, seqs, q_len, kv_len, prefill, tokens, heads)
+        _mla(ctx, st, seqs, q_len, kv_len, prefill, tokens, heads, sparse)
     elif a.kind == "csa":
         raise ValueError("compressed sparse attention runs per layer (csa_layers)")
     else:
-        _gqa(ctx, st, shape, seqs, q_len, kv_len, prefill, tokens, heads)
+        _gqa(ctx, st, shape, (seqs, q_len, kv_len), prefill, tokens, heads, sparse)
     if shape.tp > 1:
         nbytes = tokens * ctx.model.hidden_size * 2
         st.add("all_reduce", comm.all_reduce_us(ctx.system, _link(ctx, shape), shape.tp, nbytes))
 
 
-def _gqa(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float, kv_len: float,
-         prefill: bool, tokens: int, heads: int) -> None:
+def _gqa(ctx: PerfContext, st: StepTime, shape: Shape, batch: tuple[float, float, float],
+         prefill: bool, tokens: int, heads: int, sparse: bool = True) -> None:
+    """GQA; `batch`: (sequences, query length, KV length). With an indexer (MiniMax M3's MSA)
+    a sparse layer also projects the index queries (one head per KV head) and the shared
+    index key, scores every context token and attends its top-k blocks only."""
     m, ops = ctx.model, ctx.ops
     a, h, w = m.attention, m.hidden_size, m.dtypes.weights
+    seqs, q_len, kv_len = batch
     kv_heads = max(1, a.kv_heads // shape.tp)
-    st.add("attn_proj", ops.gemm(w, tokens, (heads + 2 * kv_heads) * a.head_dim, h))
     new, n_seqs = max(1, round(q_len)), max(1, round(seqs))
-    if prefill:
+    ix = a.indexer if sparse else None
+    index = (max(1, ix.heads // shape.tp) + 1) * ix.head_dim if ix else 0
+    st.add("attn_proj", ops.gemm(w, tokens, (heads + 2 * kv_heads) * a.head_dim + index, h))
+    if ix:
+        context = kv_len + (q_len if prefill else 0)
+        st.add("indexer", ops.indexer("bf16" if ix.key_cache == "bf16" else "fp8", n_seqs, new,
+                                      max(1, ix.heads // shape.tp), ix.head_dim,
+                                      max(1, round(context))))
+        attended = min(context, ix.topk * ix.block)
+        st.add("attention", ops.attn_decode(ctx.kv_dtype, n_seqs, heads, kv_heads, a.head_dim,
+                                            max(1, round(attended)), q_len=new))
+    elif prefill:
         per_seq = ops.attn_prefill(ctx.kv_dtype, new, heads, kv_heads, a.head_dim, True,
                                    kv_len=round(kv_len))
         st.add("attention", per_seq * seqs)
@@ -164,10 +180,11 @@ def _gqa(ctx: PerfContext, st: StepTime, shape: Shape, seqs: float, q_len: float
 
 
 def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: float,
-         prefill: bool, tokens: int, heads: int) -> None:
+         prefill: bool, tokens: int, heads: int, sparse: bool = True) -> None:
     """MLA. Decode attends the compressed latent directly (absorbed W_UK / W_UV); prefill
     expands the latent of new and cached tokens into per-head K/V (MHA). A sparse indexer
-    scores every context token and caps the attended ones at its top-k."""
+    scores every context token and caps the attended ones at its top-k; an output gate
+    (Kimi K3) adds its hidden -> heads x v projection."""
     m, ops = ctx.model, ctx.ops
     a, h, w = m.attention, m.hidden_size, m.dtypes.weights
     lora, rope = a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
@@ -180,13 +197,16 @@ def _mla(ctx: PerfContext, st: StepTime, seqs: float, q_len: float, kv_len: floa
     else:
         st.add("attn_proj", ops.gemm(w, tokens, heads * a.head_dim, h))
     st.add("attn_proj", ops.gemm(w, tokens, lora + rope, h))
+    if a.output_gate:
+        st.add("attn_proj", ops.gemm(w, tokens, heads * v, h))
+    indexer = a.indexer if sparse else None
     attended = context
-    if a.indexer:
-        ix = a.indexer
+    if indexer:
+        ix = indexer
         st.add("indexer", ops.indexer(ctx.kv_dtype, n_seqs, new, ix.heads, ix.head_dim,
                                       max(1, round(context))))
         attended = min(context, ix.topk)
-    if prefill and not a.indexer:
+    if prefill and not indexer:
         expand = max(1, round(seqs * context))
         st.add("attn_proj", ops.gemm(w, expand, heads * (nope + v), lora))
         per_seq = ops.attn_prefill(ctx.kv_dtype, new, heads, heads, a.head_dim, True,
@@ -261,29 +281,18 @@ def replays_decoder(model, shape: Shape) -> bool:
 def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
               shared_fraction: float, decode: bool = False) -> None:
     """Router, expert GEMMs on the busiest rank, expert-parallel all-to-all or TP all-reduce,
-    and the shared expert in `shared_fraction` of MoE layers."""
+    and the shared expert in `shared_fraction` of MoE layers. A latent MoE (Kimi K3) projects
+    every token to the latent and back on each rank (replicated, kimi_k3/nvidia/model.py
+    l.477-505) and its experts and all-to-all work on the latent width."""
     m, ops = ctx.model, ctx.ops
-    moe, h = m.moe, m.hidden_size
+    moe, h = m.moe, moe_width(m)
     e_dtype, place = m.dtypes.experts, _expert_placement(ctx)
-    st.add("router", ops.gemm("bf16", tokens, moe.experts, h))
-    link = _link(ctx, shape)
-    if shape.dp > 1:  # DEP: tokens of every rank meet their experts through all-to-all
-        slots = moe.slots  # experts plus their EPLB replicas, which share their tokens
-        local = slots // shape.ep
-        per_expert = tokens * shape.dp * moe.top_k / slots
-        nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
-        st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
-                                              tokens * moe.top_k * h * 1.0, False, nodes,
-                                              moe.top_k))
-        st.add("combine", comm.all_to_all_us(ctx.system, link, shape.ep,
-                                             tokens * moe.top_k * h * 2.0, True, nodes,
-                                             moe.top_k))
-    else:  # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
-        slots = moe.slots if shape.ep > 1 else moe.experts
-        local = slots // shape.ep
-        per_expert = tokens * moe.top_k / slots
-        if shape.tp > 1:
-            st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp, tokens * h * 2))
+    st.add("router", ops.gemm("bf16", tokens, moe.experts, m.hidden_size))
+    if moe.latent_dim:
+        st.add("latent_proj", ops.gemm(m.dtypes.weights, tokens, h, m.hidden_size)
+               + ops.gemm(m.dtypes.weights, tokens, m.hidden_size, h))
+    slots, per_expert = _moe_traffic(ctx, st, shape, tokens, h)
+    local = slots // shape.ep
     # the step waits for the busiest expert-parallel rank (routing.py)
     skew = routing.rank_imbalance(per_expert * slots, shape.ep)
     if not decode:
@@ -301,9 +310,32 @@ def moe_layer(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
                                                    weight_only=ctx.moe_weight_only))
     if moe.shared_experts and shared_fraction > 0:
         width = _shared_width(moe, shape)
-        w = m.dtypes.weights
-        shared = ops.gemm(w, tokens, 2 * width, h) + ops.gemm(w, tokens, h, width)
+        w, hidden = m.dtypes.weights, m.hidden_size
+        shared = ops.gemm(w, tokens, 2 * width, hidden) + ops.gemm(w, tokens, hidden, width)
         st.add("shared_expert", shared * shared_fraction)
+
+
+def _moe_traffic(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int,
+                 h: int) -> tuple[int, float]:
+    """How tokens reach their experts (the all-to-all under DEP, the TP all-reduce), and the
+    expert slots that share them with the tokens each slot gets."""
+    m, moe, link = ctx.model, ctx.model.moe, _link(ctx, shape)
+    if shape.dp > 1:  # DEP: tokens of every rank meet their experts through all-to-all
+        slots = moe.slots  # experts plus their EPLB replicas, which share their tokens
+        nodes = max(1, shape.gpus // ctx.system.gpus_per_tray)
+        st.add("dispatch", comm.all_to_all_us(ctx.system, link, shape.ep,
+                                              tokens * moe.top_k * h * 1.0, False, nodes,
+                                              moe.top_k))
+        st.add("combine", comm.all_to_all_us(ctx.system, link, shape.ep,
+                                             tokens * moe.top_k * h * 2.0, True, nodes,
+                                             moe.top_k))
+        return slots, tokens * shape.dp * moe.top_k / slots
+    # TP or TPxEP: every rank sees all tokens; experts sliced (TP) or distributed (EP)
+    slots = moe.slots if shape.ep > 1 else moe.experts
+    if shape.tp > 1:
+        st.add("all_reduce", comm.all_reduce_us(ctx.system, link, shape.tp,
+                                                tokens * m.hidden_size * 2))
+    return slots, tokens * moe.top_k / slots
 
 
 def _table_moe(ctx: PerfContext, shape: Shape, tokens: float) -> float | None:
@@ -317,7 +349,7 @@ def _table_moe(ctx: PerfContext, shape: Shape, tokens: float) -> float | None:
     moe = m.moe
     if shape.dp > 1 or moe.slots != moe.experts or ctx.moe_weight_only:
         return None
-    return ctx.ops.fused_moe(m.dtypes.experts, m.dtypes.scales or "", tokens, m.hidden_size,
+    return ctx.ops.fused_moe(m.dtypes.experts, m.dtypes.scales or "", tokens, moe_width(m),
                              _expert_width(moe, shape), moe.top_k, moe.experts,
                              moe.experts // shape.ep)
 
@@ -338,7 +370,7 @@ def _measured_moe(ctx: PerfContext, shape: Shape, tokens: float,
     random = local * -math.expm1(-per_expert)
     if even <= random:
         return measured
-    expert_bytes = 3 * m.hidden_size * _expert_width(m.moe, shape) * OP_BYTES[m.dtypes.experts]
+    expert_bytes = 3 * moe_width(m) * _expert_width(m.moe, shape) * OP_BYTES[m.dtypes.experts]
     hbm = ctx.ops.hbm_bytes_per_us(_expert_placement(ctx))
     saved = (even - random) * expert_bytes / (hbm * ctx.ops.curve(
         "grouped_gemm", m.dtypes.experts).e_mem)
@@ -353,6 +385,11 @@ def _moe_layer(ctx: PerfContext, shape: Shape, tokens: int, shared_fraction: flo
     one = StepTime()
     moe_layer(ctx, one, shape, tokens, shared_fraction, decode)
     return one
+
+
+def moe_width(m: ModelSpec) -> int:
+    """The width routed experts read and write: the latent, else the hidden."""
+    return m.moe.latent_dim or m.hidden_size
 
 
 def _expert_width(moe: Moe, shape: Shape) -> int:
@@ -426,12 +463,25 @@ def _attention_layers(ctx: PerfContext, st: StepTime, shape: Shape,
             _csa(ctx, one, shape, seqs, q_len, kv_len, prefill, layer)
             st.merge(one.scaled(times))
         return
+    linear = _among(ctx.model.linear_attention.layers if m.linear_attention else [], n, m.layers,
+                    (count, layers, mix), draft=0)
+    if linear:
+        st.merge(_memo(ctx, _linear_layer, shape, seqs, q_len).scaled(linear))
+    full = n - linear - sliding
+    ix = m.attention.indexer
+    sparse = _among(ix.layers if ix else None, full, m.layers, (count, layers, mix), draft=full)
     one_full, one_sliding = StepTime(), StepTime()
     attention_layer(ctx, one_full, shape, seqs, q_len, kv_len, prefill)
     index_us = one_full.breakdown.pop("indexer", 0.0)
-    st.merge(one_full.scaled(n - sliding))
+    st.merge(one_full.scaled(sparse))
     if index_us:
-        st.add("indexer", index_us * _indexer_layers(m, n - sliding, count, layers, mix))
+        owners = arch.indexer_owners(m)
+        st.add("indexer", index_us * _among(owners, full, m.layers, (count, layers, mix),
+                                            draft=full))
+    if full > sparse:  # the layers that attend to every token (Indexer.layers)
+        dense = StepTime()
+        attention_layer(ctx, dense, shape, seqs, q_len, kv_len, prefill, sparse=False)
+        st.merge(dense.scaled(full - sparse))
     if sliding:
         attention_layer(ctx, one_sliding, shape, seqs, q_len, kv_len, prefill, sliding=True)
         st.merge(one_sliding.scaled(sliding))
@@ -461,18 +511,41 @@ def _ffn_layers(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int, n: in
         st.add("mhc", ctx.ops.copy(tokens * m.mhc_routes * m.hidden_size * 2 * 2) * n)
 
 
-def _indexer_layers(m: ModelSpec, n: int, count: int | None, layers: range | None,
-                    mix: tuple[int, int, int] | None) -> float:
-    """How many of `_layers`' `n` layers run their own sparse indexer: all, unless the model
-    names its index layers (IndexShare: the others reuse the previous one's top-k and own no
-    indexer); draft layers always do. A pipeline stage (`mix`, counts without ids) takes its
-    share of them."""
-    src = m.attention.indexer.source_layers if m.attention.indexer else None
-    if src is None or count is not None:
+def _among(ids: list[int] | None, n: int, total: int,
+           which: tuple[int | None, range | None, tuple[int, int, int] | None],
+           draft: float) -> float:
+    """How many of `_layers`' `n` layers are among `ids` (None: all of them): the layers that
+    run their own indexer (IndexShare names them: the others reuse the previous one's top-k),
+    attend sparsely, or run linear attention. `which`: `_layers`' (count, layers, mix); draft
+    layers (`count`) count as `draft`, a pipeline stage (`mix`, counts without ids) takes its
+    share of the model's `total`."""
+    count, layers, mix = which
+    if ids is None:
         return n
+    if count is not None:
+        return draft
     if layers is not None:
-        return sum(1 for i in layers if i in src)
-    return n * len(src) / m.layers if mix is not None else len(src)
+        return sum(1 for i in layers if i in ids)
+    return n * len(ids) / total if mix is not None else len(ids)
+
+
+def _linear_layer(ctx: PerfContext, shape: Shape, seqs: float, q_len: float) -> StepTime:
+    """One linear-attention layer (Kimi Delta Attention, models/kimi_k3/nvidia/kda.py): the
+    fused q, k, v, gate, f_a and beta projection, f_b, the core over each sequence's state
+    (as long at any context), o_proj and its all-reduce. Memoised by `_attention_layers`."""
+    m, ops, st = ctx.model, ctx.ops, StepTime()
+    la, h, w = m.linear_attention, m.hidden_size, m.dtypes.weights
+    tokens = max(1, round(seqs * q_len))
+    heads = max(1, la.heads // shape.tp)
+    width = heads * la.head_dim
+    st.add("attn_proj", ops.gemm(w, tokens, 4 * width + la.head_dim + heads, h)
+           + ops.gemm(w, tokens, width, la.head_dim) + ops.gemm(w, tokens, h, width))
+    st.add("linear_attention", ops.linear_attention(max(1, round(seqs)), max(1, round(q_len)),
+                                                    heads, la.head_dim))
+    if shape.tp > 1:
+        st.add("all_reduce", comm.all_reduce_us(ctx.system, _link(ctx, shape), shape.tp,
+                                                tokens * h * 2))
+    return st
 
 
 def _kernel(ctx: PerfContext, name: str, nbytes: float) -> float:
@@ -512,7 +585,7 @@ def _moe_glue_us(ctx: PerfContext, shape: Shape, tokens: int) -> float:
     on the copies' intermediate and the weighted un-permute sum (vLLM `moe_sum`). Where the
     layer is costed as a measured fused call (`_table_moe`) those are in its time (the
     collector times FusedMoE's whole forward); the shared expert's SiLU x mul is not."""
-    moe, h = ctx.model.moe, ctx.model.hidden_size
+    moe, h = ctx.model.moe, moe_width(ctx.model)
     shared = moe.shared_expert_layer_fraction * _kernel(
         ctx, "silu_mul", 3 * tokens * _shared_width(moe, shape) * 2) if moe.shared_experts \
         else 0.0
@@ -561,25 +634,32 @@ def _engram(ctx: PerfContext, st: StepTime, tokens: int) -> None:
 def _vision(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
     """The vision tower over the images among a chunk's `tokens`: every ViT block over
     merge^2 patches per image token (weights split by TP, vLLM's default
-    --mm-encoder-tp-mode weights), full attention within each image, then the mergers."""
+    --mm-encoder-tp-mode weights), full attention within each image, the per-patch
+    projector where there is one, then the mergers."""
     v, share = ctx.model.vision, ctx.image_token_share
     if not (v and share and ctx.tokens_per_image):
         return
-    ops, h, tp = ctx.ops, v.hidden_size, shape.tp
+    ops, h, tp, text = ctx.ops, v.hidden_size, shape.tp, ctx.model.hidden_size
+    qkv = v.attention_width or h
     image_tokens = tokens * share
     per_image = ctx.tokens_per_image * v.merge ** 2  # patches of one image
     patches = max(1, round(image_tokens * v.merge ** 2))
     heads = max(1, v.heads // tp)
     gate = 2 if v.mlp == "swiglu" else 1
-    block = (ops.gemm("bf16", patches, 3 * h // tp, h) + ops.gemm("bf16", patches, h, h // tp)
+    block = (ops.gemm("bf16", patches, 3 * qkv // tp, h) + ops.gemm("bf16", patches, h, qkv // tp)
              + ops.gemm("bf16", patches, gate * v.intermediate // tp, h)
              + ops.gemm("bf16", patches, h, v.intermediate // tp)
              + image_tokens / ctx.tokens_per_image
-             * ops.attn_prefill("bf16", per_image, heads, heads, h // v.heads, causal=False))
+             * ops.attn_prefill("bf16", per_image, heads, heads, qkv // v.heads, causal=False))
+    projector = 0.0
+    if v.projector_hidden:
+        projector = (ops.gemm("bf16", patches, v.projector_hidden // tp, h)
+                     + ops.gemm("bf16", patches, text, v.projector_hidden // tp))
     rows = max(1, round(image_tokens))
-    merger = (ops.gemm("bf16", rows, v.merger_hidden // tp, h * v.merge ** 2)
-              + ops.gemm("bf16", rows, ctx.model.hidden_size, v.merger_hidden // tp))
-    st.add("vision", v.layers * block + v.mergers * merger)
+    merged = text if v.projector_hidden else h
+    merger = (ops.gemm("bf16", rows, v.merger_hidden // tp, merged * v.merge ** 2)
+              + ops.gemm("bf16", rows, text, v.merger_hidden // tp))
+    st.add("vision", v.layers * block + projector + v.mergers * merger)
 
 
 def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int, layers_us: float,
@@ -705,7 +785,8 @@ def stage_transfer_us(ctx: PerfContext, shape: Shape, tokens: int, stage: int) -
     return send + comm.all_gather_us(system, _link(ctx, shape), shape.tp, nbytes)
 
 
-ATTENTION_SIDE = ("attn_proj", "attention", "indexer", "all_reduce", "router", "glue", "mhc")
+ATTENTION_SIDE = ("attn_proj", "attention", "indexer", "linear_attention", "all_reduce",
+                  "router", "glue", "mhc")
 EXPERT_SIDE = ("moe_experts", "shared_expert")
 
 

@@ -153,17 +153,21 @@ def test_tensor_parallel_moe_is_the_engines_measured_kernel(h200):
 def test_shared_index_layers_run_no_indexer():
     """IndexShare (GLM-5.2): only the layers that own an indexer score the context; the
     others reuse its top-k and still attend only that many tokens."""
-    from compiler.perf.step import _indexer_layers
+    from compiler import arch
+    from compiler.perf.step import _among
+
+    def indexers(model, n, which):
+        return _among(arch.indexer_owners(model), n, model.layers, which, draft=n)
 
     m = catalog.model("glm-5.2").spec
     owners = len(m.attention.indexer.source_layers)
     assert 0 < owners < m.layers
-    assert _indexer_layers(m, m.layers, None, None, None) == owners
-    assert _indexer_layers(m, 10, None, range(10), None) == 4  # layers 0, 1, 2 and 6
-    assert _indexer_layers(m, 1, 1, None, None) == 1  # the MTP layer owns one
+    assert indexers(m, m.layers, (None, None, None)) == owners
+    assert indexers(m, 10, (None, range(10), None)) == 4  # layers 0, 1, 2 and 6
+    assert indexers(m, 1, (1, None, None)) == 1  # the MTP layer owns one
     every = m.model_copy(update={"attention": m.attention.model_copy(update={
         "indexer": m.attention.indexer.model_copy(update={"source_layers": None})})})
-    assert _indexer_layers(every, m.layers, None, None, None) == m.layers
+    assert indexers(every, m.layers, (None, None, None)) == m.layers
 
 
 def test_mtp_passes_after_the_first_reuse_the_indexer_top_k(h200):
