@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from compiler.plan import Predicted
-from compiler.simulate.report import WARM_SHARE
+from compiler.simulate.window import WARM_SHARE
 
 TURNOVERS = math.ceil(1 / WARM_SHARE)  # a run this many times what is in flight skips a whole
 # turnover as warm-up, so its steady state starts with the decode batches full

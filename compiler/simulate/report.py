@@ -10,10 +10,9 @@ import math
 import numpy as np
 
 from compiler.simulate.engine import Outcome
+from compiler.simulate.window import COOL_SHARE, WARM_SHARE
 from compiler.simulate.workload import Requests
 
-WARM_SHARE = 0.2
-COOL_SHARE = 0.2
 BINS = 20  # time bins for hit rate and pool occupancy
 QUANTILES = (50, 90, 99)
 

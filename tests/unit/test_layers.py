@@ -41,11 +41,11 @@ def test_the_leaf_tables_import_nothing_of_ours(module: str):
     assert not _ours(_imports(ROOT / (module.replace(".", "/") + ".py")))
 
 
-def test_the_simulated_comparison_reads_only_the_plan_and_the_run_report():
+def test_the_simulated_comparison_reads_only_the_plan_and_the_steady_state_window():
     path = ROOT / "compiler" / "simulate" / "compare.py"
     assert _ours(_imports(path)) <= {"compiler.plan", "compiler.plan.Predicted",
-                                     "compiler.simulate.report",
-                                     "compiler.simulate.report.WARM_SHARE"}
+                                     "compiler.simulate.window",
+                                     "compiler.simulate.window.WARM_SHARE"}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "targets").glob("*.py")), ids=lambda p: p.name)
