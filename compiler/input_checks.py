@@ -42,6 +42,11 @@ def check_model(model: ModelV1, src: SourceMap) -> list[Diagnostic]:
             out.append(diag(src, ("spec", *path), "E104",
                              f"at most {format_path(bound_path)} ({bound})", str(value),
                              f"{path[-1]} cannot exceed {bound_path[-1]}"))
+    if spec.moe is None and spec.dense_layers != spec.layers:
+        out.append(diag(src, ("spec", "dense_layers"), "E104",
+                         f"{spec.layers} (layers: a model without experts runs a dense FFN in "
+                         "every layer)", str(spec.dense_layers),
+                         f"write dense_layers: {spec.layers}, or give the model's moe block"))
     dense = spec.layers if spec.moe is None else spec.dense_layers
     if dense and not spec.dense_intermediate:
         out.append(diag(src, ("spec", "dense_intermediate"), "E104",

@@ -110,6 +110,9 @@ def shape_problem(shape: Shape, model: ModelSpec, system: System, total_gpus: in
     per_tray = system.gpus_per_tray
     if shape.gpus > per_tray and shape.gpus % per_tray:
         return f"{shape.gpus} GPUs are not whole trays of {per_tray}"
+    if shape.gpus < per_tray and per_tray % shape.gpus:  # compiler/solve/racks.py free_blocks
+        return (f"{shape.gpus} GPUs do not tile a tray of {per_tray}: an instance inside a "
+                "tray takes an aligned block of a size that divides it")
     if shape.tp > 1 and model.attention.heads % shape.tp:
         return f"{model.attention.heads} attention heads do not split over TP{shape.tp}"
     la = model.linear_attention

@@ -49,9 +49,8 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 
 def _represent_dict(dumper: yaml.SafeDumper, value: Mapping[str, Any]) -> yaml.Node:
-    first = [k for k in _FIRST_KEYS if k in value]
-    rest = sorted(k for k in value if k not in _FIRST_KEYS)
-    return dumper.represent_mapping("tag:yaml.org,2002:map", [(k, value[k]) for k in first + rest])
+    return dumper.represent_mapping("tag:yaml.org,2002:map",
+                                    [(k, value[k]) for k in _key_order(value)])
 
 
 _Dumper.add_representer(str, _represent_str)
@@ -70,11 +69,27 @@ def _install_key(doc: Mapping[str, Any]) -> tuple[int, str, str]:
     return rank, kind, doc["metadata"]["name"]
 
 
+def _key_order(value: Mapping[str, Any]) -> list[str]:
+    """The order keys are written in: apiVersion, kind, metadata first, the rest sorted."""
+    first = [k for k in _FIRST_KEYS if k in value]
+    return first + sorted(k for k in value if k not in _FIRST_KEYS)
+
+
+def _as_written(data: Any) -> Any:
+    """`data` as reading its YAML back gives it: mappings in written key order, sequences as
+    lists (so a reader of the carried objects sees what a reader of the file sees)."""
+    if isinstance(data, Mapping):
+        return {k: _as_written(data[k]) for k in _key_order(data)}
+    if isinstance(data, list | tuple):
+        return [_as_written(x) for x in data]
+    return data
+
+
 def dump_documents(docs: Iterable[Mapping[str, Any]]) -> Documents:
     """Several Kubernetes objects in install order, `---` between them (the text, carrying
-    the objects it was written from: compiler.documents)."""
+    the objects it was written from, as written: compiler.documents)."""
     ordered = sorted(docs, key=_install_key)
-    return Documents([dump_yaml(doc) for doc in ordered], ordered)
+    return Documents([dump_yaml(doc) for doc in ordered], [_as_written(d) for d in ordered])
 
 
 def dump_json(data: Any) -> str:

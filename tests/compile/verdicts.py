@@ -92,7 +92,8 @@ INVALID: dict[tuple[str, str, str], Callable[[dict, int], bool]] = {
     ("E104", "model.yaml", "spec.attention.kv_heads"):
         lambda c, _: _drawn(c)["attention"]["kv_heads"] > _drawn(c)["attention"]["heads"],
     ("E104", "model.yaml", "spec.dense_layers"):
-        lambda c, _: _drawn(c)["dense_layers"] > _drawn(c)["layers"],
+        lambda c, _: _drawn(c)["dense_layers"] > _drawn(c)["layers"]
+        or ("moe" not in _drawn(c) and _drawn(c)["dense_layers"] != _drawn(c)["layers"]),
     ("E104", "model.yaml", "spec.dense_intermediate"):
         lambda c, _: _drawn(c)["dense_intermediate"] == 0
         and ("moe" not in _drawn(c) or _drawn(c)["dense_layers"] > 0),
@@ -182,6 +183,9 @@ SHAPE_CLAIMS: list[tuple[str, Callable[[_Named, re.Match], bool]]] = [
     (r"(\d+) GPUs are not whole trays of (\d+)$",
      lambda n, m: n.inputs.system.gpus_per_tray == int(m[2]) < int(m[1])
         and int(m[1]) % int(m[2]) != 0),
+    (r"(\d+) GPUs do not tile a tray of (\d+)",
+     lambda n, m: n.shape.gpus == int(m[1]) < int(m[2]) == n.inputs.system.gpus_per_tray
+        and int(m[2]) % int(m[1]) != 0),
 ]
 
 

@@ -102,3 +102,17 @@ def test_a_split_that_cannot_honour_the_counts_is_a_bug(tmp_path: Path):
     assert racks.split(p, items, [2], cap, s) == {p.domains[0].id: {0: 2}}
     with pytest.raises(RuntimeError, match="a bug in rackc"):
         racks.split(p, items, [3], cap, s)
+
+
+def test_an_instance_that_does_not_tile_a_tray_is_refused_not_miscounted(tmp_path: Path):
+    """Three-GPU instances (TP1PP3) on 8-GPU nodes: aligned blocks of 3 leave 2 GPUs of each
+    tray, which the count model's 'an instance of g GPUs covers g / s blocks' cannot hold (code
+    review of 2026-12-05: the counts held 5, the split found room for 4, exit 70). Such a
+    shape is E302, named for the tray it cannot tile."""
+    path = write_case(tmp_path, system="hgx-h200", model="qwen3-32b", kind="Cluster",
+                      hardware={"nodes": 2},
+                      objective=_pinned(("prefill", "TP1PP3", 5), ("decode", "TP1", 1)))
+    with pytest.raises(CompileError) as info:
+        api.compile(path, only=())
+    d = info.value.diagnostics[0]
+    assert d.code == "E302" and "do not tile a tray of 8" in d.hint, d
