@@ -368,6 +368,23 @@ def state_bytes_per_request(spec: ModelSpec, draft_tokens: int = 0) -> int:
     return (recurrent + conv) * len(la.layers)
 
 
+def linear_state_bytes_per_layer(spec: ModelSpec, draft_tokens: int = 0) -> int:
+    """One linear-attention layer's state of one request, all TP ranks together."""
+    la = spec.linear_attention
+    return state_bytes_per_request(spec, draft_tokens) // len(la.layers) if la else 0
+
+
+def attention_page(spec: ModelSpec, kv_dtype: str) -> tuple[int, int]:
+    """(bytes, slots): one full-attention layer's KV of one token in one KV head slot, and the
+    slots TP splits, as vLLM sizes a hybrid model's attention page (vLLM 0.33
+    platforms/interface.py _align_hybrid_block_size l.977-985: an MLA latent is one slot of
+    kv_lora_rank + qk_rope_head_dim, whole on every rank; l.1031-1043: K and V per KV head)."""
+    a, b = spec.attention, KV_BYTES[kv_dtype]
+    if a.kind == "mla":
+        return ((a.kv_lora_rank or 0) + (a.qk_rope_head_dim or 0)) * b, 1
+    return 2 * a.head_dim * b, a.kv_heads
+
+
 def csa_record_bytes(spec: ModelSpec, kv_dtype: str) -> int:
     """One compressed (or window) KV record: FP8 with UE8M0 scales per 32, or plain BF16."""
     d = spec.attention.head_dim

@@ -68,8 +68,10 @@ def _instance(inputs: Inputs, sol: Solution, inst: Instance) -> list[Decision]:
 
 def decisions(inputs: Inputs, sol: Solution, instances: list[Instance],
               made: list[Decision]) -> list[Decision]:
-    """`made`: the decisions lower and the host budget took while building the plan."""
-    out = [c.decision() for c in inputs.resolved.choices()]
+    """`made`: the decisions lower and the host budget took while building the plan; one on
+    a path resolve chose for replaces resolve's (the engines' KV block, set by their TPs)."""
+    refined = {d.path for d in made}
+    out = [c.decision() for c in inputs.resolved.choices() if c.path not in refined]
     out.append(_shapes_decision(inputs, sol))
     out.append(_layout_decision(inputs, sol))
     for inst in instances:

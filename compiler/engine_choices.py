@@ -1,11 +1,19 @@
 """Pass 2, the engine's part: the kernels, block size, expert and linear formats and the
 fallbacks the pinned vLLM runs for a model on a system, each a Choice with its source in the
-engine catalog (compiler/catalog/engines/), read by compiler.resolve alone."""
+engine catalog (compiler/catalog/engines/), read by compiler.resolve alone. The block a hybrid
+model's engines run depends on their TP: `served_block` takes the instances' (through
+`Resolved.block_for`), and `rackc validate` checks emitted flags by `hybrid_block`."""
 
-from compiler.catalog.engine import Engines
+from collections.abc import Iterable
+from math import lcm
+
+from compiler import arch
+from compiler.catalog.engine import Engines, Vllm
 from compiler.catalog.system import System
 from compiler.choice import BLACKWELL_FAMILY, CAPABILITY, Choice
+from compiler.plan import HybridBlock
 from schemas import ModelV1
+from schemas.model import ModelSpec
 
 
 def attention(e: Engines, architecture: str, kind: str, sparse: bool,
@@ -48,6 +56,57 @@ def block_size(e: Engines, backend: str, architecture: str, given: int | None) -
     return Choice("serving.block_size", max(64, min(kernel.value)), "rule:kernel-block",
                   f"{backend}'s kernel block ({kernel.source}), at least 64 tokens for the KV "
                   "router's prefix hashing")
+
+
+def hybrid_facts(vllm: Vllm, spec: ModelSpec, backend: str, kv_dtype: str,
+                 draft_tokens: int) -> HybridBlock | None:
+    """What `vllm` sizes the KV block of a model with linear-attention state by (None: a model
+    without): the state and attention page of one layer, and the kernels' alignment."""
+    if not spec.linear_attention:
+        return None
+    needs = vllm.models.get(spec.architecture)
+    kernels = [k for k in (needs and needs.block_sizes,
+                           vllm.attention.kernel_block_sizes.get(backend)) if k]
+    kernel = lcm(*(min(k.value) for k in kernels))  # 1 where no kernel is listed (any size)
+    page, heads = arch.attention_page(spec, kv_dtype)
+    mla = vllm.attention.hybrid_mla_block
+    return HybridBlock(
+        state_bytes=arch.linear_state_bytes_per_layer(spec, draft_tokens), page_bytes=page,
+        kv_heads=heads, alignment=max(kernel, mla.value if spec.attention.kind == "mla" else 1),
+        kernel_block=kernel, source=mla.source)
+
+
+def hybrid_block(h: HybridBlock, tp: int, given: int) -> int:
+    """The KV block vLLM runs for an instance of `tp` ranks per DP rank started with
+    `--block-size given`: `given` when its attention page holds one request's state of a
+    linear-attention layer on a rank, else the least aligned block that does (h.source)."""
+    page = h.page_bytes * max(1, h.kv_heads // tp)
+    state = h.state_bytes // tp
+    align = max(h.alignment, given)
+    raised = align * -(-state // (align * page))
+    raised = h.kernel_block * -(-raised // h.kernel_block)
+    return max(given, raised)
+
+
+def served_block(base: Choice[int], h: HybridBlock | None, tps: Iterable[int]
+                 ) -> Choice[int]:
+    """The one KV block every engine runs and the router hashes in: `base` (the kernel's, or
+    the user's), raised as vLLM raises a hybrid model's for its instances of smallest TP (the
+    most state per rank). vLLM keeps a given block whose page already holds the state, so with
+    it every instance, whatever its TP, runs the same block."""
+    if h is None:
+        return base
+    need = {tp: hybrid_block(h, tp, base.value) for tp in sorted(set(tps))}
+    block = max(need.values(), default=base.value)
+    if block == base.value:
+        return base
+    each = ", ".join(f"TP{tp} {b}" for tp, b in need.items())
+    return Choice("serving.block_size", block,
+                  CAPABILITY if base.source == "user" else "rule:hybrid-block",
+                  f"a request's linear-attention state must fit one KV block's attention page "
+                  f"of each layer, so vLLM raises --block-size {base.value} to "
+                  f"{each} tokens; every engine is given {block}, which vLLM keeps at each TP, "
+                  f"and the router hashes prompts in it ({h.source})")
 
 
 def model_flags(e: Engines, architecture: str) -> Choice[list[str]] | None:

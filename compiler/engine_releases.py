@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compiler import engine_policy
+from compiler import engine_choices, engine_policy
 from compiler.catalog.engine import Vllm, release_of
 from compiler.choice import Choice
 from compiler.plan import Decision, Instance, ReleaseKernels
@@ -85,6 +85,20 @@ def serving_refusal(r: Resolved, architecture: str, speculative: str | None,
                     f"{ours.value if ours else {}} are not vLLM {run.version}'s "
                     f"{other.value if other else {}} ({(other or ours).source}); {both}")
     return None
+
+
+def hybrid_refusal(inputs: "Inputs", run: Vllm, instances: list[Instance]) -> str | None:
+    """Why `run` would run another KV block than the plan's engines and router (None: it runs
+    the same), for a model whose linear-attention state sizes the block."""
+    r, tps = inputs.resolved, [i.tp for i in instances]
+    ours = r.block_for(tps).value
+    theirs = engine_choices.served_block(r.block_size, r.hybrid_in(run, inputs.model.spec),
+                                         tps).value
+    if ours == theirs:
+        return None
+    return (f"vLLM {run.version} raises the KV block to {theirs} tokens, the plan's engines "
+            f"and router run {ours} ({run.attention.hybrid_mla_block.source}); "
+            f"{_versions(r.engines.vllm, run)}")
 
 
 def _connector_refusal(instance: Instance, plan: Vllm, run: Vllm) -> str | None:
@@ -180,7 +194,7 @@ def release_run(inputs: "Inputs", target: str, version: str,
                               f"vllm-<release>.yaml), so it cannot choose its flags; "
                               f"the plan's are vLLM {plan.version}'s", [])
     refused = serving_refusal(r, model.architecture, spec.method if spec else None, run) \
-        or sized_refusal(plan, run)
+        or sized_refusal(plan, run) or hybrid_refusal(inputs, run, instances)
     kernels, decisions = [], []
     for i in sorted(instances, key=lambda i: i.id):
         if refused:

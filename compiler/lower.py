@@ -1,5 +1,7 @@
 """Pass 5: lower a solution to the canonical Plan IR (ids, memory map, Engram shards, pool)."""
 
+import functools
+
 import networkx as nx
 
 from compiler import arch, deploy, engine_policy, graph, offload, site
@@ -90,7 +92,7 @@ def _model(inputs: Inputs) -> ModelInfo:
                        if v.startswith("assumed")))
 
 
-def _serving(inputs: Inputs) -> Serving:
+def _serving(inputs: Inputs, block_size: int) -> Serving:
     r = inputs.resolved
     spec = None
     if r.speculative:
@@ -101,7 +103,7 @@ def _serving(inputs: Inputs) -> Serving:
                            options=dict(extra.value) if extra else {})
     return Serving(name=r.name, namespace=r.namespace,
                    vllm_version=r.vllm_version,
-                   kv_cache_dtype=r.kv_cache_dtype.value, block_size=r.block_size.value,
+                   kv_cache_dtype=r.kv_cache_dtype.value, block_size=block_size,
                    max_model_len=r.max_model_len.value,
                    attention_backend=r.attention_backend.value,
                    attention_options=r.attention_options.value,
@@ -276,12 +278,13 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
-    r = inputs.resolved
+    r, spec = inputs.resolved, inputs.model.spec
+    block = r.block_for(i.tp for i in instances)
     dynamo_run = release_run(inputs, "dynamo", r.engines.dynamo.worker.vllm.value, instances)
-    site_plan = site.lower_site(r.site, inputs.model.spec, hardware, instances, kv_pool, r.host,
+    site_plan = site.lower_site(r.site, spec, hardware, instances, kv_pool, r.host,
                                 r.vllm_version, dynamo_run, r.engines,
-                                expert_format=r.expert_format.value
-                                if inputs.model.spec.moe else None)
+                                expert_format=r.expert_format.value if spec.moe else None,
+                                hybrid=functools.partial(r.hybrid_in, spec=spec))
     return Plan(
         inputs_digest=inputs.resolved.digest,
         # one group: this system's (a mixed fleet's group: compiler.fleet adds what the plan
@@ -289,19 +292,19 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         hardware=Fleet(groups=[FleetGroup(name=inputs.hardware.metadata.name,
                                           hardware=hardware)]),
         model=model,
-        serving=_serving(inputs),
+        serving=_serving(inputs, block.value),
         instances=instances,
         memory=memory,
         host_memory=host,
         engram_shards=_engram(model, instances, g),
         kv_pool=kv_pool,
         routing=Routing(policy=r.routing_policy.value, overlap_score_credit=r.overlap_score_credit,
-                        block_size=r.block_size.value),
+                        block_size=block.value),
         solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances,
                                    [*made, *trimmed, *deploy.decisions(instances),
-                                    _allocatable_decision(inputs)])
+                                    _allocatable_decision(inputs), block.decision()])
                          + site.decisions(inputs, site_plan) + dynamo_run.decisions,
                          key=lambda d: d.path),
         site=site_plan,

@@ -357,13 +357,26 @@ class Env(Frozen):
     source: str
 
 
+class HybridBlock(Frozen):
+    """What vLLM sizes a hybrid model's KV block by: one block's attention page must hold one
+    request's state of a linear-attention layer on each rank, so vLLM raises a smaller block
+    (compiler.engine_choices.hybrid_block has the rule)."""
+
+    state_bytes: int  # one linear-attention layer's state of one request, all TP ranks together
+    page_bytes: int  # one attention layer's KV of one token in one KV head slot (the KV dtype)
+    kv_heads: int  # KV head slots TP splits (1: an MLA latent, whole on every rank)
+    alignment: int  # a raised block is a multiple of it (the kernel block; 128 under MLA)
+    kernel_block: int  # and of the attention kernels' smallest blocks
+    source: str
+
+
 class EngineFacts(OmitsOptional):
     """What the release a target runs can do, as far as its engines' flags are checked
     (`rackc validate`, engine-capability and dynamo-connector): read from that release's fact
     set when the plan is made, so that validate reads the plan, never the catalog."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("moe_backends", "moe_batched", "pd_connectors",
-                                           "connector_wrappers")
+                                           "connector_wrappers", "hybrid_block")
     kernel_block_sizes: dict[str, Sizes]  # attention backend -> its KV page sizes
     moe_backends: Names | None = None  # the --moe-backend names that load the plan's expert
     # format (None: a dense model, or the release names none for it)
@@ -373,6 +386,8 @@ class EngineFacts(OmitsOptional):
     pipelined_connector: Name  # the NIXL connector beside a prefill with stages
     pd_connectors: Names | None = None  # Dynamo's prefill handler's protocols
     connector_wrappers: Names | None = None  # Dynamo resolves them to one P/D member
+    hybrid_block: HybridBlock | None = None  # what the release raises the block to (a hybrid
+    # model's; None: no linear-attention state)
 
 
 class EngineRun(OmitsOptional):

@@ -8,12 +8,14 @@ decision says so (`rule:engine-capability`). No other pass re-derives any of the
 """
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from compiler import catalog, engine_choices
-from compiler.catalog.engine import Engines
+from compiler.catalog.engine import Engines, Vllm
 from compiler.catalog.system import System
 from compiler.choice import Choice
+from compiler.plan import HybridBlock
 from compiler.shapes import Shape
 from schemas import ClusterV1, DeploymentV1, ModelV1, RackV1
 from schemas.deployment import (
@@ -23,6 +25,7 @@ from schemas.deployment import (
     Speculative,
     WeightOffload,
 )
+from schemas.model import ModelSpec
 from schemas.site import Site
 from schemas.source import SourceMap
 
@@ -107,7 +110,8 @@ PROCESS_GIB_PER_RANK = 24.0  # assumed: a vLLM rank's host RSS (weights staging,
 class Resolved:
     kv_cache_dtype: Choice[str]
     max_model_len: Choice[int]
-    block_size: Choice[int]
+    block_size: Choice[int]  # the kernel's or the user's; block_for: what the engines run
+    hybrid: HybridBlock | None  # what vLLM raises a hybrid model's block by (None: not hybrid)
     attention_backend: Choice[str]
     attention_options: Choice[dict[str, str]]  # -ac.KEY=VALUE
     expert_format: Choice[str]
@@ -156,6 +160,16 @@ class Resolved:
             out += [v] if isinstance(v, Choice) else \
                 [c for c in v if isinstance(c, Choice)] if isinstance(v, tuple) else []
         return out
+
+    def hybrid_in(self, vllm: Vllm, spec: ModelSpec) -> HybridBlock | None:
+        """`hybrid` as release `vllm` has it (a Dynamo worker's other release)."""
+        return engine_choices.hybrid_facts(
+            vllm, spec, self.attention_backend.value, self.kv_cache_dtype.value,
+            self.speculative.draft_tokens if self.speculative else 0)
+
+    def block_for(self, tps: Iterable[int]) -> Choice[int]:
+        """The KV block every engine runs and the router hashes in, for instances of `tps`."""
+        return engine_choices.served_block(self.block_size, self.hybrid, tps)
 
     def workload_value(self, name: str) -> float:
         return next(c.value for c in self.workload if c.path == f"workload.{name}")
@@ -243,6 +257,8 @@ def _kernels(dep: DeploymentV1, model: ModelV1, system: System, engines: Engines
         kv_cache_dtype=kv, max_model_len=length,
         block_size=engine_choices.block_size(engines, backend.value, m.architecture,
                                               s.block_size),
+        hybrid=engine_choices.hybrid_facts(engines.vllm, m, backend.value, kv.value,
+                                           s.speculative.draft_tokens if s.speculative else 0),
         attention_backend=backend,
         attention_options=engine_choices.attention_options(engines, m.attention.kind,
                                              m.attention.indexer is not None, family, kv.value),

@@ -12,11 +12,12 @@ hold it, else vLLM falls back to one private copy per rank.
 import functools
 import math
 import re
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from compiler import arch, catalog
-from compiler.catalog.engine import Engines
+from compiler.catalog.engine import Engines, Vllm
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
     Decision,
@@ -24,6 +25,7 @@ from compiler.plan import (
     EngineRun,
     Env,
     Hardware,
+    HybridBlock,
     Images,
     Instance,
     KvPool,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from compiler.engine_releases import ReleaseRun
     from compiler.load import Inputs
 
+Hybrid = Callable[[Vllm], HybridBlock | None]  # a release -> how it raises the KV block
 GIB = 1024**3
 # vLLM's own VLLM_ENGINE_READY_TIMEOUT_S default (vllm/envs.py): engine start without loading.
 ENGINE_START_S = 600
@@ -96,10 +99,11 @@ def _fact(kind: type[Sizes | Names | Name | Env], fact: Any) -> Any:
     return kind(value=fact.value, source=fact.source)
 
 
-def engine_facts(engines: Engines, version: str, expert_format: str | None, dynamo: bool
-                 ) -> EngineFacts:
+def engine_facts(engines: Engines, version: str, expert_format: str | None, dynamo: bool,
+                 hybrid: Hybrid = lambda _: None) -> EngineFacts:
     """What vLLM `version` (and, for a Dynamo worker, the pinned Dynamo) can run, as far as
-    validate checks the engines' flags: the plan's copy of the release's fact set."""
+    validate checks the engines' flags: the plan's copy of the release's fact set. `hybrid`:
+    what a release raises the model's KV block by (compiler.resolve.Resolved.hybrid_in)."""
     run = engines.release(version) or engines.vllm
     moe = (run.moe.accepts.get(expert_format), run.moe.batched.get(expert_format)) \
         if expert_format else (None, None)
@@ -114,12 +118,14 @@ def engine_facts(engines: Engines, version: str, expert_format: str | None, dyna
                                for k, v in run.all2all.multi_node_nvlink_env.items()},
         pipelined_connector=_fact(Name, run.kv_connectors.disaggregated_pipelined),
         pd_connectors=_fact(Names, worker.kv_connector_protocols) if dynamo else None,
-        connector_wrappers=_fact(Names, worker.multi_connector_wrappers) if dynamo else None)
+        connector_wrappers=_fact(Names, worker.multi_connector_wrappers) if dynamo else None,
+        hybrid_block=hybrid(run))
 
 
 def engine_runs(engines: Engines, images: spec.Images, vllm_version: str,
                 instances: list[Instance], dynamo_run: "ReleaseRun | None",
-                expert_format: str | None) -> dict[str, EngineRun]:
+                expert_format: str | None, hybrid: Hybrid = lambda _: None
+                ) -> dict[str, EngineRun]:
     """The Dynamo target runs the vLLM its release imports (any image of it: dynamo.vllm does
     not import under another), with that release's kernels (`dynamo_run`,
     compiler.engine_releases; None: the plan's own, for plans built without inputs); the plain
@@ -131,11 +137,11 @@ def engine_runs(engines: Engines, images: spec.Images, vllm_version: str,
                                 refused=dynamo_refusal(engines, instances)
                                 or (dynamo_run.refused if dynamo_run else None),
                                 facts=engine_facts(engines, worker_vllm, expert_format,
-                                                   dynamo=True),
+                                                   dynamo=True, hybrid=hybrid),
                                 kernels=dynamo_run.kernels if dynamo_run else []),
             "vllm": EngineRun(image=images.vllm, vllm=vllm_version, dynamo=None, refused=None,
                               facts=engine_facts(engines, vllm_version, expert_format,
-                                                 dynamo=False))}
+                                                 dynamo=False, hybrid=hybrid))}
 
 
 def pool_bytes_per_rank(instances: list[Instance], kv_pool: KvPool) -> dict[str, int]:
@@ -287,7 +293,7 @@ def _cache(cache: spec.ModelCache, checkpoint_bytes: float,
 def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
                instances: list[Instance], kv_pool: KvPool, host: HostReserve,
                vllm_version: str, dynamo_run: "ReleaseRun | None", engines: Engines, *,
-               expert_format: str | None) -> Site:
+               expert_format: str | None, hybrid: Hybrid = lambda _: None) -> Site:
     pool = pool_bytes_per_rank(instances, kv_pool)
     tables = arch.engram_bytes(model) / GIB
     pods = [_pod(cfg, hardware, host, tables, i, pool)
@@ -313,7 +319,7 @@ def lower_site(cfg: spec.Site, model: ModelSpec, hardware: Hardware,
         host_reserved_gib=host.reserved_gib,
         frontend=FRONTEND, mooncake_master=MOONCAKE_MASTER,
         engines=engine_runs(engines, images, vllm_version, instances, dynamo_run,
-                            expert_format),
+                            expert_format, hybrid),
         cpu_arch=cfg.scheduling.cpu_arch, security=kinds,
         pod_security_level=pod_security_level(kinds))
 

@@ -32,6 +32,7 @@ class Attention(_Strict):
     dense_mla_prefill_blackwell: Fact[dict[str, str]]
     dense_mla_prefill_fp8_kv: Fact[dict[str, str]]
     default_block_size: Fact[int]
+    hybrid_mla_block: Fact[int]  # a hybrid MLA model's raised block is a multiple of it
 
 
 class MoePick(_Strict):

@@ -51,9 +51,12 @@ Rules and where their facts come from:
   (site.engines.<target>.facts, read from compiler/catalog/engines/ at compile time, each with
   its engine source: block sizes per attention backend, MoE backends for the plan's expert
   format and for the batched layout of DeepEP low-latency, the environment of all-to-all
-  backends across trays; a Dynamo worker against the vLLM release its Dynamo imports), the
-  frontend's KV block size equal to the workers', and NIXL by push on every P/D engine where a
-  prefill has pipeline stages (the pull connector reads one stage). validate reads no catalog.
+  backends across trays; a Dynamo worker against the vLLM release its Dynamo imports), a
+  hybrid model's --block-size one the release keeps at the engine's TP (it raises a block whose
+  attention page cannot hold a request's linear-attention state: site.engines.<target>.facts.
+  hybrid_block, by compiler.engine_choices.hybrid_block), the frontend's KV block size equal
+  to the block the workers run, and NIXL by push on every P/D engine where a prefill has
+  pipeline stages (the pull connector reads one stage). validate reads no catalog.
 
 One module past 500 lines on purpose: it is the registry of the rules (RULES), one function
 each, so that a code (E821-E839) and the check behind it are found in one file; the object
@@ -66,7 +69,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from compiler import ports
+from compiler import engine_choices, ports
 from compiler.plan import EngineFacts, Plan
 from compiler.validate import bundle, engine_plan, placement, pods, pool_plan, workloads
 from compiler.validate.finding import Finding
@@ -527,7 +530,7 @@ def engine_capability(ctx: Context) -> list[Finding]:
     for engines in [b.engines for b in ctx.bundles] + [ctx.scripts]:
         out += _pipelined_peers_push(engines, ctx.plan)
     for b in ctx.bundles:
-        out += _frontend_block_size(b)
+        out += _frontend_block_size(b, ctx.plan)
     return out
 
 
@@ -560,6 +563,7 @@ def _engine_kernels(e: Engine, plan: Plan) -> list[Finding]:
                            f"a --moe-backend with a kernel for {a2a}'s batched "
                            f"activations ({', '.join(facts.moe_batched.value)})",
                            f"--moe-backend {moe}", facts.moe_batched.source))
+    out += _raised_block(e, plan, facts)
     need = facts.multi_node_nvlink_env.get(a2a) if a2a else None
     if need and _on_nvl72(e, plan) and \
             _spans_trays(e, plan):  # across HGX nodes the EP group is on RDMA
@@ -570,11 +574,34 @@ def _engine_kernels(e: Engine, plan: Plan) -> list[Finding]:
     return out
 
 
-def _frontend_block_size(b: Bundle) -> list[Finding]:
+def _raised_block(e: Engine, plan: Plan, facts: EngineFacts) -> list[Finding]:
+    """A hybrid model's engine given a block its release raises runs (and publishes KV events
+    in) another block than the plan's router hashes in."""
+    block, runs = _int(e.flag("--block-size"), 0), _block_run(e, plan)
+    if runs == block or facts.hybrid_block is None:
+        return []
+    tp = _int(e.flag("--tensor-parallel-size"), 1)
+    return [Finding("engine-capability", e.file, e.line, e.where,
+                    f"--block-size {runs}, the block vLLM raises it to at TP{tp}",
+                    f"--block-size {block}", "one KV block's attention page must hold a "
+                    "request's linear-attention state of a layer on each rank "
+                    f"({facts.hybrid_block.source})")]
+
+
+def _block_run(e: Engine, plan: Plan) -> int:
+    """The KV block engine `e` runs: its --block-size (0: none), or the larger one its release
+    raises a hybrid model's to at its TP."""
+    block, hybrid = _int(e.flag("--block-size"), 0), _facts_of(plan, e).hybrid_block
+    if not (block and hybrid):
+        return block
+    return engine_choices.hybrid_block(hybrid, _int(e.flag("--tensor-parallel-size"), 1), block)
+
+
+def _frontend_block_size(b: Bundle, plan: Plan) -> list[Finding]:
     """A Dynamo frontend hashes prompts in blocks of its --kv-cache-block-size, which must be
-    the workers' one --block-size."""
+    the one block the workers run (and publish KV events in)."""
     out = []
-    worker_blocks = {_int(e.flag("--block-size"), 0) for e in b.engines} - {0}
+    worker_blocks = {_block_run(e, plan) for e in b.engines} - {0}
     for g in b.groups:
         for c in g.spec.get("containers") or []:
             words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
@@ -583,8 +610,8 @@ def _frontend_block_size(b: Bundle) -> list[Finding]:
                 if given not in worker_blocks or len(worker_blocks) > 1:
                     out.append(Finding("engine-capability", g.obj.file,
                                        g.obj.line_at(g.path), g.where,
-                                       "--kv-cache-block-size equal to the workers' "
-                                       f"--block-size {sorted(worker_blocks)}",
+                                       "--kv-cache-block-size equal to the block the "
+                                       f"workers run {sorted(worker_blocks)}",
                                        f"--kv-cache-block-size {given or 'unset (16)'}",
                                        "the router hashes prompts in blocks of this size "
                                        "to match the workers' KV events"))

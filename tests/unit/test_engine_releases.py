@@ -5,13 +5,14 @@ lacks (read from the two fact sets, catalog/engines/vllm-0.33.yaml and vllm-0.31
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from compiler import catalog, site
 from compiler.catalog.engine import Vllm
-from compiler.engine_releases import RULE, ReleaseRun, release_run
+from compiler.engine_releases import RULE, ReleaseRun, hybrid_refusal, release_run
 from compiler.load import load_inputs
 from compiler.plan import ReleaseKernels, WeightOffload
 from targets import TARGETS
@@ -211,3 +212,20 @@ def test_an_offload_the_plan_was_timed_by_that_031_does_otherwise_is_refused(inp
         data["offload"]["towers"]["prefetch"]["value"] = True
     run = _run(_with(inputs, "0.31", edit), _plan_instance("decode", weight_offload=PREFETCH))
     assert "vLLM 0.31's offload.towers is not the plan's" in run.refused
+
+
+def test_a_release_that_raises_a_hybrid_models_block_elsewhere_is_refused():
+    """Kimi K3's engines run the block 0.33 raises its KDA state's to at the smallest TP; 0.31
+    raises it the same way, a release with another alignment would run another block than the
+    plan's router hashes in."""
+    kimi = load_inputs(Path(__file__).resolve().parents[1] / "inputs" / "gb300-kimi-k3"
+                       / "deployment.yaml")
+    tps = [SimpleNamespace(tp=8), SimpleNamespace(tp=16)]
+    assert hybrid_refusal(kimi, V031, tps) is None
+
+    def wider(data):
+        data["attention"]["hybrid_mla_block"]["value"] = 1024
+    edited = _with(kimi, "0.31", wider)
+    refused = hybrid_refusal(edited, edited.resolved.engines.release("0.31.0"), tps)
+    assert refused.startswith("vLLM 0.31 raises the KV block to 2048 tokens, the plan's "
+                              "engines and router run 1536")

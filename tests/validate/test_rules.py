@@ -3,13 +3,16 @@ put into a compiled example's bundle, and stays green on the same bundle without
 pin pods with `matchFields metadata.name` so that a test does not depend on how the targets
 select nodes today."""
 
+import functools
 import json
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from compiler import api
 from compiler.plan import Env, Names, Sizes
 from compiler.validate import placement, pods, rules
 from compiler.validate.pods import Node
@@ -519,6 +522,52 @@ def test_engine_capability_reads_the_plan_not_the_catalog():
     found = rules.engine_capability(rules.context(edited, files))
     assert found and all(f.expected.endswith("[512]") and "test fact" in f.hint
                          for f in found)
+
+
+KIMI = Path(__file__).resolve().parents[1] / "inputs" / "gb300-kimi-k3" / "deployment.yaml"
+
+
+@functools.cache
+def _kimi() -> tuple:
+    result = api.compile(KIMI, only=("k8s",))
+    return result.plan, result.artifacts
+
+
+def _blocks(plan, worker: str, frontend: str) -> list:
+    """The Kimi K3 bundle (TP8 and TP16 workers) with these blocks on the workers and the
+    frontend, and its engine-capability findings under `plan`'s facts."""
+    files = dict(_kimi()[1])
+
+    def change(dgd: dict) -> None:
+        for comp in dgd["spec"]["components"]:
+            spec = comp["podTemplate"]["spec"]
+            if comp["type"] == "frontend":
+                _flags(spec, kv_cache_block_size=frontend)
+            else:
+                _flags(spec, block_size=worker)
+    edit(files, DGD, "DynamoGraphDeployment", "", change)
+    return rules.engine_capability(rules.context(plan, files))
+
+
+def test_a_hybrid_models_block_that_vllm_raises_is_named():
+    """Kimi K3's KDA state needs 1536-token blocks at TP8 (768 at TP16). The 64 rackc used to
+    give every worker and the frontend agree with each other, so the frontend rule alone let
+    them through, while vLLM ran larger blocks and KV-aware routing never matched."""
+    plan = _kimi()[0]
+    assert plan.site.engines["dynamo"].facts.hybrid_block is not None
+    assert _blocks(plan, "1536", "1536") == []
+    assert _blocks(plan, "3072", "3072") == []  # a larger block vLLM keeps at both TPs
+    found = _blocks(plan, "64", "64")
+    workers = [f for f in found if f.got == "--block-size 64"]
+    assert {f.expected for f in workers} == {
+        "--block-size 1536, the block vLLM raises it to at TP8",
+        "--block-size 768, the block vLLM raises it to at TP16"}
+    [frontend] = [f for f in found if "kv-cache-block-size" in f.got]
+    assert frontend.expected == ("--kv-cache-block-size equal to the block the workers run "
+                                 "[768, 1536]") and "frontend" in frontend.where
+    assert len(found) == len(workers) + 1
+    # without the release's hybrid facts (the rule as it was) the planted defect passes
+    assert _blocks(with_facts(plan, hybrid_block=None), "64", "64") == []
 
 
 def test_a_pipelined_prefill_and_its_peers_hand_kv_off_by_push():
