@@ -43,6 +43,9 @@ def main() -> int:
         # fuzz_commands.py).
         for signum in interrupts.SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
+        swallowed = interrupts.lost()  # by a finalizer, and nothing committed since
+        if swallowed is not None:
+            return _interrupted(128 + swallowed)
     except KeyboardInterrupt as exc:  # between the command's end and the line above
         if code is not None:
             return code

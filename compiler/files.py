@@ -12,6 +12,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from compiler import interrupts
 from schemas.diagnostics import CompileError, Diagnostic
 
 
@@ -75,8 +76,10 @@ def write_bytes_atomic(path: Path, data: bytes, flag: str = "-o",
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, mode if mode is not None else 0o666 & ~umask())
-        os.replace(tmp, path)
-        tmp = None
+        with interrupts.held():  # an interrupt before this replaces nothing; one during it
+            os.replace(tmp, path)  # lets the command finish with the file written
+            tmp = None
+            interrupts.forget()
     except OSError as exc:
         raise os_error(flag, path, exc) from None
     finally:

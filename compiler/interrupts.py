@@ -10,12 +10,16 @@ its handlers in the main thread whichever thread the kernel chose.
 
 import contextlib
 import signal
+import sys
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _depth = 0
 _pending: list[int] = []
 _received: list[int] = []  # every signal that came, even one an extension turned into an error
+# raised where Python cannot let an exception out (a weakref callback, __del__: "Exception
+# ignored in ..."), so the command went on: still to be answered
+_lost: list[int] = []
 
 
 class Interrupted(KeyboardInterrupt):
@@ -36,14 +40,28 @@ def _handler(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
+def _unraisable(args: "sys.UnraisableHookArgs") -> None:
+    """An interrupt that a finalizer or callback swallowed is kept for the next chance to stop
+    (entering `held`, or the command's end), not printed as a traceback."""
+    if isinstance(args.exc_value, Interrupted):
+        _lost.append(args.exc_value.signum)
+        return
+    sys.__unraisablehook__(args)
+
+
 def install() -> None:
     for signum in SIGNALS:
         signal.signal(signum, _handler)
+    sys.unraisablehook = _unraisable
 
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
     global _depth
+    if not _depth and _lost:  # swallowed on the way here: stop before the work is committed
+        signum = _lost[0]
+        _lost.clear()
+        raise Interrupted(signum)
     _depth += 1
     try:
         yield
@@ -63,6 +81,12 @@ def pending() -> bool:
 def forget() -> None:
     """The work a signal would have stopped is committed: answer it by finishing."""
     _pending.clear()
+    _lost.clear()
+
+
+def lost() -> int | None:
+    """A signal that was swallowed and not answered yet (see `_unraisable`)."""
+    return _lost[0] if _lost else None
 
 
 def received() -> int | None:

@@ -148,3 +148,36 @@ def test_an_interrupt_an_extension_reports_as_its_own_error_exits_as_the_interru
                           else signal.SIG_DFL)
     err = capsys.readouterr().err
     assert code == 143 and "interrupted" in err and "Traceback" not in err
+
+
+def test_an_interrupt_a_finalizer_swallows_still_stops_the_command(capsys):
+    """A handler's exception raised inside a weakref callback or __del__ cannot leave it
+    (Python prints 'Exception ignored in ...' and goes on; fuzz_commands.py saw a compile end
+    with exit 0 and that traceback): it is kept, unprinted, and the next `held` block (the
+    commit) raises it instead of committing."""
+    import weakref
+
+    from compiler import interrupts
+
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    hook = sys.unraisablehook
+    interrupts.install()
+    try:
+        class Lock:
+            pass
+
+        def callback(_ref):
+            raise interrupts.Interrupted(signal.SIGINT)
+
+        lock = Lock()
+        ref = weakref.ref(lock, callback)
+        del lock  # the callback runs here, and its exception is swallowed
+        assert ref() is None and interrupts.lost() == signal.SIGINT
+        assert "Traceback" not in capsys.readouterr().err
+        with pytest.raises(interrupts.Interrupted) as info, interrupts.held():
+            pytest.fail("the commit must not start")
+        assert info.value.exit_code == 130 and interrupts.lost() is None
+    finally:
+        sys.unraisablehook = hook
+        for s, handler in before.items():
+            signal.signal(s, handler)
