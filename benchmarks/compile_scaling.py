@@ -2,7 +2,7 @@
 gap of both phases, GPUs used.
 
 Vera Rubin NVL72 + DeepSeek-V4.1-Flash (the example's deployment) on 1, 4, 16 and 64 racks, and
-HGX H200 + DeepSeek-V3 (the example's) on 16, 64 and 128 nodes; the workload's sessions and
+HGX H200 + DeepSeek-V3 (the example's) on 2, 16, 64 and 128 nodes; the workload's sessions and
 concurrency grow with the fleet (per rack: the agentx profile's 512; per HGX node: half the chat
 profile's 256, as in the two-node example). Every compile runs the installed CLI in a fresh
 process with every target, as a user runs it; peak memory is the child's maximum resident set
@@ -29,6 +29,7 @@ CASES = {  # name -> (example, hardware kind key, count, sessions per unit)
     "vr4": ("vr-nvl72-deepseek-v4.1-flash", "racks", 4, 512),
     "vr16": ("vr-nvl72-deepseek-v4.1-flash", "racks", 16, 512),
     "vr64": ("vr-nvl72-deepseek-v4.1-flash", "racks", 64, 512),
+    "hgx2": ("hgx-h200-deepseek-v3", "nodes", 2, 128),
     "hgx16": ("hgx-h200-deepseek-v3", "nodes", 16, 128),
     "hgx64": ("hgx-h200-deepseek-v3", "nodes", 64, 128),
     "hgx128": ("hgx-h200-deepseek-v3", "nodes", 128, 128),

@@ -18,10 +18,11 @@ from compiler.shapes import parse_shape
 
 def balance(inputs: Inputs, instances: list[Instance], supply: dict[str, float],
             goodput: float, total_gpus: int, plan: list[Layout],
-            pool_gib: float | None = None) -> dict | None:
+            pool_gib: float | None = None, cross: float = 0.0) -> dict | None:
     """`supply`: requests/s at the SLO of one instance, per (role, shape) name as
-    "role:shape"; `goodput` the solver's (requests/s). None unless P/D disaggregated with
-    one shape per role."""
+    "role:shape"; `goodput` the solver's (requests/s); `cross`: the share of hand-offs that
+    cross NVLink domains in the layout's one routing group (compiler.routes). None unless
+    P/D disaggregated with one shape per role."""
     by_role: dict[str, set[str]] = {}
     for i in instances:
         by_role.setdefault(i.role, set()).add(i.shape)
@@ -47,8 +48,10 @@ def balance(inputs: Inputs, instances: list[Instance], supply: dict[str, float],
     if count[other] > needed:
         fewer = [replace(x, count=needed) if x.role == other else x for x in plan]
         w = operating_workload(inputs)
-        chosen = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib)
-        lean = predict_layout(inputs, fewer, w, max_requests_per_s=goodput, pool_gib=pool_gib)
+        chosen = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib,
+                                cross=cross)
+        lean = predict_layout(inputs, fewer, w, max_requests_per_s=goodput, pool_gib=pool_gib,
+                              cross=cross)
         for key in ("ttft_ms_p50", "ttft_ms_p90", "prefill_utilisation", "prefix_hit_rate"):
             out[f"{key}_with_spare"] = getattr(chosen, key)
             out[f"{key}_without_spare"] = getattr(lean, key)

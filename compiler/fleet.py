@@ -5,11 +5,12 @@ model), so no instance straddles groups. Racks, NVLink domains and instances are
 across the groups in order (group 2's first rack follows group 1's last): each group is built
 with its rack and NVLink offsets (`Inputs.offsets`) and lowered with the instance numbers the
 groups before it used, so its plan already has the fleet's ids and merging renames nothing.
-One Mooncake pool (every group's segments) and one router (every group's instances) span the
-fleet; KV blocks move between groups, so the groups must agree on the block size and the KV
-cache dtype.
+One Mooncake pool (every group's segments) spans the fleet, whose KV blocks move between
+groups, so the groups must agree on the block size and the KV cache dtype; each group is served
+by its own routers (its routing groups, compiler.routes: `Plan.routes`).
 """
 
+from compiler import routes
 from compiler.ids import natural
 from compiler.load import Inputs
 from compiler.plan import (
@@ -21,6 +22,8 @@ from compiler.plan import (
     PhaseSolve,
     Plan,
     Predicted,
+    RouteGroup,
+    Routing,
     SolverInfo,
 )
 from compiler.solve.params import gap
@@ -56,6 +59,7 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                           else s for n, p in zip(names, plans, strict=True)
                           for s in p.engram_shards],  # one prefill peer group per group
         "kv_pool": pool,
+        "routing": _routing(fleet, plans, names),
         "solver": _solver([p.solver for p in plans], names),
         "predicted": _predicted(fleet, plans),
         "decisions": _decisions(names, plans),
@@ -70,6 +74,27 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
                                key=lambda c: c.engine_ready_timeout_s),
             "engines": _engines(plans)}),
     }})
+
+
+def _routing(fleet: tuple[Inputs, ...], plans: list[Plan], names: list[str]) -> Routing:
+    """The fleet's routers: each group's routing groups (compiler.routes) where a group has
+    several, the others one group each, named after it; none listed where no group has
+    several (each group is then one router: `Plan.routes`)."""
+    first = plans[0].routing
+    if not any(p.routing.groups for p in plans):
+        return first
+    groups = []
+    for inputs, plan, name in zip(fleet, plans, names, strict=True):
+        if plan.routing.groups:
+            groups += plan.routing.groups
+            continue
+        found = routes.of_plan(inputs, plan)[0]
+        groups.append(RouteGroup(
+            name=name, domains=sorted({t.nvlink_domain for t in plan.hardware.trays},
+                                      key=natural),
+            cross_domain_share=found[0].cross,
+            requests_per_s=plan.solver.objective))  # its goodput, as each routing group's
+    return first.model_copy(update={"groups": groups})
 
 
 def _engines(plans: list[Plan]) -> dict[str, EngineRun]:

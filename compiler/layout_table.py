@@ -9,8 +9,9 @@ prediction (its pool as lowered); the other rows' prefix cache is the pool befor
 budget trims it per tray (compiler.perf.predict.pool_tokens), as the solver's candidates see it.
 """
 
+from compiler import routes
 from compiler.load import Inputs
-from compiler.perf.predict import Layout, grouped_layouts
+from compiler.perf.routed import RouteLayout, union
 from compiler.plan import LayoutGroup, LayoutOption, Predicted
 from compiler.prediction import goodput, predict
 from compiler.solve import Solution
@@ -19,8 +20,9 @@ from compiler.solve.layouts import Alternative, alternatives
 _ORDER = {"prefill": 0, "decode": 1, "aggregated": 2}
 
 
-def _row(inputs: Inputs, layouts: list[Layout], metrics: Predicted, available: int,
+def _row(inputs: Inputs, routes: list[RouteLayout], metrics: Predicted, available: int,
          chosen: bool) -> LayoutOption:
+    layouts = union(routes)
     counts: dict[tuple[str, str], int] = {}
     for x in layouts:
         counts[x.role, x.shape.name] = counts.get((x.role, x.shape.name), 0) + x.count
@@ -29,7 +31,7 @@ def _row(inputs: Inputs, layouts: list[Layout], metrics: Predicted, available: i
     return LayoutOption(
         mode="aggregated" if any(x.role == "aggregated" for x in layouts) else "disaggregated",
         instances=groups, gpus=sum(x.count * x.shape.gpus for x in layouts),
-        goodput=goodput(inputs, layouts, available),
+        goodput=goodput(inputs, routes, available),
         tokens_per_s_per_user_p50=metrics.tokens_per_s_per_user_p50,
         tokens_per_s_per_user_p90=metrics.tokens_per_s_per_user_p90,
         ttft_ms_p50=metrics.ttft_ms_p50, ttft_ms_p90=metrics.ttft_ms_p90,
@@ -70,21 +72,23 @@ def _why(row: LayoutOption, chosen: LayoutOption, alt: Alternative | None, searc
     return "; ".join(parts) + missed
 
 
-def layout_table(inputs: Inputs, sol: Solution, chosen_layouts: list[Layout],
+def layout_table(inputs: Inputs, sol: Solution, chosen_routes: list[RouteLayout],
                  chosen_metrics: Predicted, available: int) -> list[LayoutOption]:
     """The chosen row, then the others by goodput (then P90 TTFT, then shapes); none when
-    the layout was pinned."""
+    the layout was pinned. Each row is predicted per routing group (compiler.routes), from
+    the count model's split of its instances over the NVLink domains."""
     if sol.problem.mode == "pinned":
         return []
-    chosen = _row(inputs, chosen_layouts, chosen_metrics, available, True)
+    chosen = _row(inputs, chosen_routes, chosen_metrics, available, True)
     rows: list[tuple[LayoutOption, Alternative | None]] = []
+    cands = sol.problem.candidates
     for alt in alternatives(sol.problem, sol.counts):
-        layouts = grouped_layouts(
-            (c.role, c.shape.name, c.max_batch, c.max_batched_tokens)
-            for i, n in sorted(alt.by_candidate.items())
-            for c in [sol.problem.candidates[i]] * n)
-        metrics = predict(inputs, layouts, available, with_curve=False)
-        rows.append((_row(inputs, layouts, metrics, available, False), alt))
+        _, found = routes.of_instances(inputs, (
+            (d, (c.role, c.shape.name, c.max_batch, c.max_batched_tokens))
+            for d, here in alt.by_domain.items() for i, n in sorted(here.items())
+            for c in [cands[i]] * n))
+        metrics = predict(inputs, found, available, with_curve=False)
+        rows.append((_row(inputs, found, metrics, available, False), alt))
     rows.sort(key=lambda ra: (-ra[0].goodput, ra[0].ttft_ms_p90,
                               [(g.role, g.shape, g.count) for g in ra[0].instances]))
     table = [(chosen, None), *rows]

@@ -4,7 +4,7 @@ import functools
 
 import networkx as nx
 
-from compiler import arch, deploy, engine_policy, graph, offload, site
+from compiler import arch, deploy, engine_policy, graph, offload, routes, site
 from compiler.choice import Choice
 from compiler.decisions import decisions
 from compiler.engine_releases import release_run
@@ -28,6 +28,7 @@ from compiler.plan import (
     Plan,
     PoolSegment,
     RackSolve,
+    RouteGroup,
     Routing,
     Serving,
     SolverInfo,
@@ -278,6 +279,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
+    route_groups, routed = _route_groups(inputs, g, instances)
     r, spec = inputs.resolved, inputs.model.spec
     block = r.block_for(i.tp for i in instances)
     dynamo_run = release_run(inputs, "dynamo", r.engines.dynamo.worker.vllm.value, instances)
@@ -299,14 +301,27 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
         engram_shards=_engram(model, instances, g),
         kv_pool=kv_pool,
         routing=Routing(policy=r.routing_policy.value, overlap_score_credit=r.overlap_score_credit,
-                        block_size=block.value),
+                        block_size=block.value, groups=route_groups),
         solver=_solver(sol),
         predicted=None,
         decisions=sorted(decisions(inputs, sol, instances,
                                    [*made, *trimmed, *deploy.decisions(instances),
-                                    _allocatable_decision(inputs), block.decision()])
+                                    _allocatable_decision(inputs), block.decision(), *routed])
                          + site.decisions(inputs, site_plan) + dynamo_run.decisions,
                          key=lambda d: d.path),
         site=site_plan,
         parsers=site.parsers(inputs.model_name),
     )
+
+
+def _route_groups(inputs: Inputs, g: nx.Graph, instances: list[Instance]
+                  ) -> tuple[list[RouteGroup], list[Decision]]:
+    """The routing groups (compiler.routes), where there are several (each served by its own
+    frontend and router), with the decision."""
+    found, _ = routes.of_instances(inputs, (
+        (graph.nvlink_domain_of(g, i.gpus[0]), (i.role, i.shape, i.max_batch,
+                                                 i.max_batched_tokens)) for i in instances))
+    if len(found) < 2:
+        return [], []
+    return [RouteGroup(name=r.name, domains=list(r.domains), cross_domain_share=r.cross)
+            for r in found], [routes.decision(found)]

@@ -1,9 +1,11 @@
 """`rackc predict` of a pinned layout without the solver, the lowering or any emitter.
 
 A pinned layout fixes the instance counts; where on the GPUs they go does not change what the
-perf model predicts (it depends on the shapes, counts and batch limits only), so this path
+perf model predicts (it depends on the shapes, counts and batch limits only), except on NVL72
+racks, more than one, whose routing groups follow the racks (compiler.routes), so this path
 loads, prechecks and predicts, importing neither OR-Tools, networkx nor the targets. When the pins
-might not fit (more GPUs pinned than available, or GPUs marked unavailable) it returns None
+might not fit (more GPUs pinned than available, or GPUs marked unavailable), or on such racks,
+it returns None
 and the caller compiles in full, so a placement that cannot hold is still reported.
 """
 
@@ -34,10 +36,12 @@ def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | No
     when the deployment is not pinned, its placement needs the solver to be checked, or its
     prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
+    from compiler import routes
+
     r = inputs.resolved
     unavailable = inputs.hardware.spec.unavailable
     if r.objective_mode.value != "pinned" or unavailable.trays or unavailable.gpus \
-            or inputs.resolved.kv_pool_dram.value:
+            or inputs.resolved.kv_pool_dram.value or routes.by_domain(inputs):
         return None
     from compiler import prediction  # the perf model: only for a pinned layout (`check`)
     from compiler.perf.capacity import pinned_candidate
@@ -63,6 +67,5 @@ def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | No
             c = found[(e.role, shape.name)] = pinned_candidate(
                 inputs, e.role, shape, w, hit, guess, e.max_batch, e.max_batched_tokens)
         instances += [(e.role, shape.name, c.max_batch, c.max_batched_tokens)] * e.count
-    grouped = grouped_layouts(instances)
-    metrics = prediction.predict(inputs, grouped, available)
-    return metrics, prediction.warnings(inputs, grouped, metrics)
+    metrics = prediction.predict(inputs, routes.one_route(inputs, instances), available)
+    return metrics, prediction.warnings(inputs, grouped_layouts(instances), metrics)

@@ -235,10 +235,29 @@ class KvPool(Frozen):
     total_gib: float
 
 
-class Routing(Frozen):
+class RouteGroup(Frozen):
+    """One router's share of the plan (compiler.routes): the NVLink domains whose instances
+    it pairs, the share of its hand-offs that cross domains (over the NICs), and the
+    requests/s the prediction gives it (the traffic split over the routers)."""
+
+    name: str  # an NVLink domain's id (its own group), or "shared"
+    domains: list[str]
+    cross_domain_share: float
+    requests_per_s: float = 0.0
+
+
+class Routing(OmitsOptional):
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("groups",)
     policy: str
     overlap_score_credit: float
     block_size: int
+    # one frontend / router each (compiler.routes); none: one for every instance (a mixed
+    # fleet: one per fleet group, `Plan.mixed`)
+    groups: list[RouteGroup] = []
+
+    def group_of(self, domain: str) -> str | None:
+        """The routing group that serves an NVLink domain's instances (None: no groups)."""
+        return next((g.name for g in self.groups if domain in g.domains), None)
 
 
 class PhaseSolve(Frozen):
@@ -780,6 +799,25 @@ class Plan(Frozen):
     def mixed(self) -> bool:
         """A fleet of two groups or more (compiler.fleet)."""
         return len(self.hardware.groups) > 1
+
+    @property
+    def routes(self) -> list[str] | None:
+        """The routers that serve the plan, each its own frontend (targets.dynamo) and
+        vllm-router (targets.lws): its routing groups (compiler.routes), else a mixed fleet's
+        groups; None: one for the whole plan."""
+        if self.routing.groups:
+            return [g.name for g in self.routing.groups]
+        return [g.name for g in self.hardware.groups] if self.mixed else None
+
+    def route_of(self, instance: Instance) -> str | None:
+        """The router that serves an instance (see `routes`)."""
+        return self.route_of_tray(self.tray(instance.trays[0]))
+
+    def route_of_tray(self, tray: Tray) -> str | None:
+        """The router that serves the instances of a tray (see `routes`)."""
+        if self.routing.groups:
+            return self.routing.group_of(tray.nvlink_domain)
+        return self._group_by_tray[tray.id].name if self.mixed else None
 
     def hardware_of(self, tray_id: str) -> Hardware:
         """The hardware of the group a tray belongs to."""

@@ -17,7 +17,8 @@ predict the layout at its goodput (demand unbounded); latency mode takes the pro
 from compiler.load import Inputs
 from compiler.perf.capacity import layout_goodput
 from compiler.perf.isolated import phase_alone
-from compiler.perf.predict import Layout, groups, operating_point, pool_tokens, workload
+from compiler.perf.predict import Layout, groups, pool_tokens, workload
+from compiler.perf.routed import RouteLayout, operating_point, union
 from compiler.perf.serving import prefix_hit_rate
 from compiler.plan import IsolatedPhase, Predicted, SloCheck
 from schemas.diagnostics import Diagnostic
@@ -37,23 +38,31 @@ SLOS = (("tokens_per_s_per_user_p50", "tokens_per_s_per_user_p50", True),
         ("ttft_ms_p90", "ttft_ms_p90", False))
 
 
-def goodput(inputs: Inputs, layouts: list[Layout], available_gpus: int) -> float:
-    """The admission cap: what the layout sustains by the solver's candidate arithmetic,
-    with the solver's guess of the Engram peer group (half the available GPUs)."""
+def goodputs(inputs: Inputs, routes: list[RouteLayout], available_gpus: int) -> list[float]:
+    """Each routing group's admission cap: what it sustains by the solver's candidate
+    arithmetic (its hand-offs across NVLink domains priced on the NICs), with the solver's
+    guess of the Engram peer group (half the available GPUs)."""
     w = workload(inputs)
     hit = prefix_hit_rate(w, pool_tokens(inputs, []))
-    return layout_goodput(inputs, layouts, w, hit, max(1, available_gpus // 2))
+    guess = max(1, available_gpus // 2)
+    return [layout_goodput(inputs, list(r.layouts), w, hit, guess, r.cross) for r in routes]
 
 
-def predict(inputs: Inputs, layouts: list[Layout], available_gpus: int,
+def goodput(inputs: Inputs, routes: list[RouteLayout], available_gpus: int) -> float:
+    """The layout's admission cap: its routing groups' added up."""
+    caps = goodputs(inputs, routes, available_gpus)
+    return round(sum(c * r.count for c, r in zip(caps, routes, strict=True)), 6)
+
+
+def predict(inputs: Inputs, routes: list[RouteLayout], available_gpus: int,
             pool_gib: float | None = None, with_curve: bool = True) -> Predicted:
     """The plan's `predicted` block, with the SLO checks and the pinned operating points'
     phase-isolated figures (`with_curve` off: without the throughput-interactivity curve, as
-    the decision table's rows are)."""
-    metrics = operating_point(inputs, layouts, goodput(inputs, layouts, available_gpus),
+    the decision table's rows are). `routes`: the layout's routing groups (compiler.routes)."""
+    metrics = operating_point(inputs, routes, goodputs(inputs, routes, available_gpus),
                               pool_gib, with_curve)
     return metrics.model_copy(update={"slo": slo_checks(inputs, metrics),
-                                      "isolated": isolated(inputs, layouts)})
+                                      "isolated": isolated(inputs, union(routes))})
 
 
 def isolated(inputs: Inputs, layouts: list[Layout]) -> list[IsolatedPhase]:

@@ -135,7 +135,7 @@ def _grove_notices(plan: Plan) -> list[Notice]:
     over = []
     for i in plan.instances:
         if len(i.rank_groups) > 1:
-            graph = graph_name(plan.serving.name, i.group)
+            graph = graph_name(plan.serving.name, plan.route_of(i))
             total = len(graph) + len(i.workload) + len(i.workload) + len("-ldr")
             if total > GROVE_NAME_BUDGET:
                 over.append(f"{graph} + {i.workload}: {total}")
@@ -157,7 +157,7 @@ def _cpu_pod_notices(plan: Plan) -> list[Notice]:
     review 5, R5-03)."""
     site, out = plan.site, []
     master = [("the Mooncake master", site.mooncake_master)] if plan.kv_pool.enabled else []
-    each = f"{len(plan.hardware.groups)} x " if plan.mixed else ""  # one per fleet group
+    each = f"{len(plan.routes)} x " if plan.routes else ""  # one per router (Plan.routes)
     for target, emitted, front in (
             ("k8s", not site.engines["dynamo"].refused, f"{each}Dynamo's frontend"),
             ("lws", not plan.lws_refused, f"{each}vllm-router" if plan.disaggregated else None)):
@@ -234,14 +234,27 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
             "which dial them",
             "run vllm/ where every node name resolves, on every host, to an address on the "
             "network the engines share (DNS or /etc/hosts; fresh review 5, R5-05)"))
-    if plan.mixed:
-        shares = ", ".join(f"{g.name} {g.predicted.requests_per_s:g} requests/s"
-                           for g in plan.hardware.groups if g.predicted)
-        out.append(_notice(
-            "cluster", "k8s",
-            "each group has its own Dynamo graph and frontend, and its own vllm-router in lws/ "
-            "(`rackc explain PLAN routing.groups`): requests are routed within the group whose "
-            "frontend they reach",
-            f"split traffic over the groups' frontend Services in proportion to what each is "
-            f"predicted to sustain ({shares})"))
+    if plan.routes:
+        out.append(_routes_notice(plan))
     return out
+
+
+def _routes_notice(plan: Plan) -> Notice:
+    """Several routers (`Plan.routes`): the site splits the traffic over their frontends."""
+    if plan.routing.groups:
+        rates = [(g.name, g.requests_per_s) for g in plan.routing.groups]
+        what = ("each routing group (an NVLink domain holding prefill and decode, and the "
+                "domains holding one role, together) has")
+    else:
+        rates = [(g.name, g.predicted.requests_per_s) for g in plan.hardware.groups
+                 if g.predicted]
+        what = "each group has"
+    shares = ", ".join(f"{name} {rate:g} requests/s" for name, rate in rates[:8]) \
+        + (f", ... ({len(rates)} groups)" if len(rates) > 8 else "")
+    return _notice(
+        "cluster", "k8s",
+        f"{what} its own Dynamo graph and frontend, and its own vllm-router in lws/ "
+        "(`rackc explain PLAN routing.groups`): requests are routed within the group whose "
+        "frontend they reach",
+        f"split traffic over the groups' frontend Services in proportion to what each is "
+        f"predicted to sustain ({shares})")

@@ -54,12 +54,13 @@ def _key(plan: Plan, i: Instance) -> _Key:
 
 def by_group(plan: Plan, comps: tuple[Component, ...]
              ) -> list[tuple[str | None, list[Component]]]:
-    """(fleet group, its components) per group of a mixed fleet, else (None, all of them):
-    each group is served by its own frontend or router (`routing.groups`)."""
-    if not plan.mixed:
+    """(router, its components) per router of the plan (`Plan.routes`: its routing groups,
+    or a mixed fleet's groups), else (None, all of them): each is served by its own frontend
+    or router, so no request is prefilled and decoded under two of them."""
+    names = plan.routes
+    if names is None:
         return [(None, list(comps))]
-    return [(g.name, [c for c in comps if c.instances[0].group == g.name])
-            for g in plan.hardware.groups]
+    return [(n, [c for c in comps if plan.route_of(c.instances[0]) == n]) for n in names]
 
 
 def components(plan: Plan) -> tuple[Component, ...]:

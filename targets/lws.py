@@ -57,7 +57,7 @@ STARTUP_MARGIN_S = 600
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 API_ROLE_LABEL = "rackc.dev/serves"  # on pods that serve the API: their role
-GROUP_LABEL = "rackc.dev/group"  # and, in a mixed fleet, their group's (its router's selector)
+GROUP_LABEL = "rackc.dev/group"  # and their router's group, where there are several
 
 
 def _engine_command(plan: Plan) -> list[str]:
@@ -110,8 +110,8 @@ def _pod(plan: Plan, component: Component, command: list[str], args: list[str],
     labels = _kube.labels(plan, component.name)
     if leader:
         labels[API_ROLE_LABEL] = component.role
-        if plan.mixed:
-            labels[GROUP_LABEL] = component.instances[0].group or ""
+        if plan.routes is not None:
+            labels[GROUP_LABEL] = plan.route_of(component.instances[0]) or ""
     return _kube.pod_template(spec, labels_=labels)
 
 
@@ -161,9 +161,10 @@ def leader_service(plan: Plan, component: Component) -> dict:
 def router_objects(plan: Plan, comps: tuple[Component, ...]) -> list[dict]:
     """vllm-router in P/D mode with Kubernetes discovery of the prefill and decode leaders
     (vllm-project/router docs/environment/kubernetes.md), its ServiceAccount, the Role that
-    lets it watch pods, and its Service. Only with `site.images.router`. A mixed fleet gets one
-    per group, discovering only its group's leaders (`routing.groups`): each group was solved
-    and predicted with its own prefill and decode instances, so none is paired across groups."""
+    lets it watch pods, and its Service. Only with `site.images.router`. One per router of the
+    plan (`Plan.routes`: its routing groups, a mixed fleet's groups), discovering only its
+    group's leaders: each group was priced with its own prefill and decode instances
+    (compiler.routes), so none is paired across groups."""
     return [obj for group, mine in by_group(plan, comps) for obj in _router(plan, group, mine)]
 
 

@@ -23,10 +23,21 @@ new instances per candidate within the GPUs and keeps those where
 goodput = min(prefill supply, decode supply) + aggregated supply, kept instances included
 (constraints.add_goodput takes the aggregated supply or the smaller one, whichever way the
 layout serves: the same, since a layout serves one way), and the tie-break after it is the
-most supply of all instances (counts._best). Each candidate's supply enters CP-SAT as whole
-micro-requests per second, rounded down, at least 1 (problem.py SCALE, scaled_supply's
-docstring): the goodput is compared in requests/s within that rounding, and in those units
-exactly.
+most supply of all instances (counts._best).
+
+Where routing groups follow NVLink domains (NVL72 racks, more than one: docs/constraints.md,
+compiler/routes.py), the P/D goodput is instead the best, over every way to put the new
+instances in racks (each rack's share fitting it), of: for each rack holding prefill and
+decode, the smaller of its own prefill and decode supply; plus the smaller of the prefill and
+the decode supply of the racks holding one role, each instance there at its supply with every
+hand-off across racks (`Candidate.remote`); where racks hold prefill alone, some rack holds
+decode alone, and the other way round; where they do not and the instances are fixed
+(pinned, or kept), one router serves all: the smaller of all prefill and all decode supply at
+`remote`. Kept instances count in the rack they run in.
+
+Each candidate's supply enters CP-SAT as whole micro-requests per second, rounded down, at
+least 1 (problem.py SCALE, scaled_supply's docstring): the goodput is compared in requests/s
+within that rounding, and in those units exactly.
 
 Where the count model is deliberately not placement, the oracle follows the count model:
 
@@ -45,8 +56,9 @@ Where the count model is deliberately not placement, the oracle follows the coun
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from itertools import combinations
+from itertools import combinations, product
 
+from compiler import routes
 from compiler.shapes import parse_shape
 from compiler.solve.problem import SCALE, Problem
 
@@ -100,8 +112,12 @@ class CountOracle:
                    else self.per % c.shape.gpus == 0 for c in self.cands)
         index = {(c.role, c.shape.name): i for i, c in enumerate(self.cands)}
         self.kept = [0] * len(self.cands)
+        self.routed = routes.by_domain(p.inputs)
+        rack_of = {g: r for r, d in enumerate(p.domains) for t in d.trays for g in p.gpus_of(t)}
+        self.kept_in: list[list[int]] = [[] for _ in p.domains]  # per rack: candidate indices
         for k in p.kept:
             self.kept[index[k.role, k.shape.name]] += 1
+            self.kept_in[rack_of[k.gpus[0]]].append(index[k.role, k.shape.name])
         self.occupied = {g for k in p.kept for g in k.gpus}
 
     def racks(self, active: frozenset[str]) -> tuple[tuple[tuple[bool, int], ...], ...]:
@@ -173,9 +189,59 @@ class CountOracle:
                        reverse=True)
         if not fits(racks, self.per, tuple(sizes)):
             return None
+        supply = sum(units.values())
+        if self.routed and not total["aggregated"]:
+            best = self.by_rack(n, racks)
+            return None if best is None else {"goodput": best[1], "goodput_units": best[0],
+                                              "supply_units": supply}
         return {"goodput": min(rate["prefill"], rate["decode"]) + rate["aggregated"],
                 "goodput_units": min(units["prefill"], units["decode"]) + units["aggregated"],
-                "supply_units": sum(units.values())}
+                "supply_units": supply}
+
+    def by_rack(self, n: Sequence[int], racks) -> tuple[int, float] | None:
+        """The best (goodput units, goodput) over every way to put the new P/D instances in
+        racks, by the routing groups' rule (module docstring); None where none is allowed."""
+        new = [i for i, c in enumerate(self.cands) for _ in range(n[i])]
+        best = None
+        for where in product(range(len(racks)), repeat=len(new)):
+            placed: list[list[int]] = [[] for _ in racks]
+            for i, r in zip(new, where, strict=True):
+                placed[r].append(i)
+            if all(fits((rack,), self.per, tuple(sorted(
+                    (self.cands[i].shape.gpus for i in mine), reverse=True)))
+                   for rack, mine in zip(racks, placed, strict=True)):
+                value = self._served([k + mine for k, mine in
+                                      zip(self.kept_in, placed, strict=True)])
+                if value is not None and (best is None or value > best):
+                    best = value
+        return best
+
+    def _served(self, held: list[list[int]]) -> tuple[int, float] | None:
+        """(units, requests/s) the racks serve holding these candidates' instances."""
+        units, rate = 0, 0.0
+        shared = {"prefill": [0, 0.0], "decode": [0, 0.0]}
+        for mine in held:
+            roles = {self.cands[i].role for i in mine}
+            own = {role: (sum(micro(self.cands[i].requests_per_s) for i in mine
+                              if self.cands[i].role == role),
+                          sum(self.cands[i].requests_per_s for i in mine
+                              if self.cands[i].role == role)) for role in shared}
+            if roles >= {"prefill", "decode"}:
+                units += min(own["prefill"][0], own["decode"][0])
+                rate += min(own["prefill"][1], own["decode"][1])
+            elif roles:
+                (role,) = roles
+                shared[role][0] += sum(micro(self.cands[i].remote) for i in mine)
+                shared[role][1] += sum(self.cands[i].remote for i in mine)
+        if bool(shared["prefill"][0]) == bool(shared["decode"][0]):
+            return (units + min(shared["prefill"][0], shared["decode"][0]),
+                    rate + min(shared["prefill"][1], shared["decode"][1]))
+        if self.p.mode != "pinned" and not self.p.kept:
+            return None  # the shared group holds both roles or no instance
+        every = [i for mine in held for i in mine]  # one router, every hand-off across
+        return tuple(min(sum(f(self.cands[i].remote) for i in every
+                             if self.cands[i].role == role) for role in shared)
+                     for f in (micro, float))
 
     def feasible(self, active: frozenset[str]) -> bool:
         return next(self.vectors(active), None) is not None

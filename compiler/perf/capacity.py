@@ -10,8 +10,9 @@ within its SLO. Used by the solver's candidates and by `rackc predict` of a pinn
 import math
 from dataclasses import dataclass, replace
 
+from compiler import routes
 from compiler.load import Inputs
-from compiler.perf import serving
+from compiler.perf import handoff, serving
 from compiler.perf.predict import (
     MAX_DECODE_BATCH,
     PREFILL_CHUNK_TOKENS,
@@ -46,6 +47,15 @@ class Candidate:
     # the SLO requirements it cannot meet (compiler/solve/build.py keys: "slo", the per-user
     # rate; "ttft"): unused while one of them holds; none, with no supply, is never usable
     misses: tuple[str, ...] = ()
+    # one instance in a routing group whose every hand-off crosses NVLink domains, over the
+    # NICs (compiler.routes SHARED); None: as `requests_per_s` (no such group on this hardware)
+    remote_requests_per_s: float | None = None
+
+    @property
+    def remote(self) -> float:
+        """Requests/s with every hand-off across domains (compiler/solve/locality.py)."""
+        return self.requests_per_s if self.remote_requests_per_s is None \
+            else min(self.requests_per_s, self.remote_requests_per_s)
 
 
 def _meets(ctx: PerfContext, shape: Shape, batch: int, kv_len: float, w: Workload,
@@ -89,11 +99,24 @@ def decode_candidate(inputs: Inputs, shape: Shape, w: Workload, batch_cap: int |
     step = decode_step(ctx, shape, lo, kv_len).us
     # a request holds its slot for its decode steps, and at least the one that takes it in
     rps = shape.dp * lo / (max(1.0, serving.decode_steps(w, ctx)) * step) * 1e6
+    rps, remote = _taken_in(inputs, ctx, shape, w, rps)
     within = f"the KV that fits and the stated concurrency ({cap} requests)" if stated \
         and batch_cap is None else f"the KV that fits ({cap} requests)"
     why = (f"largest batch per DP rank whose per-user rate meets the SLO, within {within}"
            if enforce_slo else within)
-    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why, reach)
+    return Candidate("decode", shape, rps, lo, lo * (1 + ctx.draft_tokens), step, "", why, reach,
+                     remote_requests_per_s=remote)
+
+
+def _taken_in(inputs: Inputs, ctx: PerfContext, shape: Shape, w: Workload, rps: float
+              ) -> tuple[float, float | None]:
+    """A decode instance's requests/s within what its NICs take in (compiler.perf.handoff):
+    at the hardware's own share of crossing hand-offs, and where routing groups follow NVLink
+    domains, with every hand-off crossing (None otherwise)."""
+    def within(cross: float) -> float:
+        return min(rps, handoff.nic_requests_per_us(ctx, shape.gpus, w.isl, cross) * 1e6)
+
+    return within(routes.base_cross(inputs)), within(1.0) if routes.by_domain(inputs) else None
 
 
 def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
@@ -105,46 +128,66 @@ def prefill_candidate(inputs: Inputs, shape: Shape, w: Workload, hit: float,
     best = max(options, key=lambda c: (c.requests_per_s, c.max_batched_tokens))
     idle = tuple((key, min(dict(c.reach)[key] for c in options))
                  for key in ("ttft_ms_p50", "ttft_ms_p90"))
-    best = replace(best, reach=idle)
+    best = replace(best, reach=idle, remote_requests_per_s=_remote(
+        inputs, shape, w, hit, engram_gpus, best.max_batched_tokens))
     sizes = ", ".join(f"{c:,}" for c in PREFILL_CHUNKS)
     return replace(best, why=f"of prefill chunks {sizes} tokens per rank, "
                              f"{best.max_batched_tokens:,} sustains the most requests/s within "
                              "the TTFT SLO (REFERENCE-DATA.md C1 V2 runs 16,384)")
 
 
+def _remote(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
+            chunk: int, max_seqs: int = PREFILL_MAX_SEQS) -> float | None:
+    """A prefill instance's requests/s at its chunk with every hand-off across NVLink
+    domains, where routing groups follow them (compiler.routes); None elsewhere."""
+    if not routes.by_domain(inputs):
+        return None
+    return _prefill_at(inputs, shape, w, hit, engram_gpus, chunk, max_seqs, 1.0).requests_per_s
+
+
 def _prefill_at(inputs: Inputs, shape: Shape, w: Workload, hit: float, engram_gpus: int,
-                chunk: int, max_seqs: int = PREFILL_MAX_SEQS) -> Candidate:
+                chunk: int, max_seqs: int = PREFILL_MAX_SEQS,
+                cross: float | None = None) -> Candidate:
+    """One prefill instance at `chunk` tokens per rank; `cross`: the share of its hand-offs
+    that leave its NVLink domain over its GPUs' NICs (default: the hardware's,
+    compiler.routes.base_cross), which limits its requests/s and, as the NICs get busy, adds
+    to TTFT (compiler.perf.handoff)."""
     ctx = context(inputs, engram_gpus, "prefill", shape)
+    cross = routes.base_cross(inputs) if cross is None else cross
     new, cached = w.isl * (1 - hit), w.isl * hit
     tokens = serving.prefill_step_tokens(chunk, max_seqs, new)
     chunk_step = prefill_step(ctx, shape, tokens, max(1.0, new), cached)
     step = chunk_step.us
-    transfer = serving.kv_transfer_us(ctx, w.isl, inputs.system.form == "nvl72")
+    full = shape.dp * tokens / step / max(1.0, new)  # requests per us, every rank busy
 
     def ttft(rho: float, q: float) -> float:
-        return serving.ttft_us(step, tokens, new, w.isl_cv, transfer, rho, q, chunk_step.fill_us,
-                               isl=w.isl)
+        load = handoff.nic_load(ctx, rho * full, shape.gpus, w.isl, cross)
+        return serving.ttft_us(step, tokens, new, w.isl_cv,
+                               handoff.handoff_us(ctx, w.isl, cross, load), rho, q,
+                               chunk_step.fill_us, isl=w.isl)
 
-    utilisation = _utilisation_for_ttft(inputs, ttft)
+    nics = handoff.nic_requests_per_us(ctx, shape.gpus, w.isl, cross) / full
+    utilisation = _utilisation_for_ttft(inputs, ttft, min(MAX_UTILISATION, nics))
     reach = (("ttft_ms_p50", ttft(0.0, 0.5) / 1e3), ("ttft_ms_p90", ttft(0.0, 0.9) / 1e3))
     if utilisation <= 0:
         return Candidate("prefill", shape, 0.0, max_seqs, chunk, step,
                          f"an idle prefill takes {ttft(0.0, 0.9) / 1e3:.0f} ms to the first "
                          "token, over the TTFT SLO", "", reach, ("ttft",))
-    rps = shape.dp * tokens / step * 1e6 / max(1.0, new) * utilisation
-    return Candidate("prefill", shape, rps, max_seqs, chunk, step, "", "", reach)
+    return Candidate("prefill", shape, full * 1e6 * utilisation, max_seqs, chunk, step, "", "",
+                     reach)
 
 
-def _utilisation_for_ttft(inputs: Inputs, ttft) -> float:
-    """Highest prefill utilisation whose TTFT (with queueing) stays within the SLO."""
+def _utilisation_for_ttft(inputs: Inputs, ttft, top: float = MAX_UTILISATION) -> float:
+    """Highest prefill utilisation up to `top` whose TTFT (with queueing) stays within the
+    SLO."""
     slo = inputs.resolved.slo
-    best = MAX_UTILISATION
+    best = top
     for limit_ms, q in ((slo.ttft_ms_p50, 0.5), (slo.ttft_ms_p90, 0.9)):
         if limit_ms is None:
             continue
         if ttft(0.0, q) > limit_ms * 1e3:
             return 0.0
-        lo, hi = 0.0, MAX_UTILISATION
+        lo, hi = 0.0, top
         for _ in range(40):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if ttft(mid, q) <= limit_ms * 1e3 else (lo, mid)
@@ -215,10 +258,12 @@ def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: 
         if chosen is not None and not max_batch:
             return chosen
         chunk = max_batched_tokens or chosen.max_batched_tokens
-        c = _prefill_at(inputs, shape, w, hit, guess, chunk, max_batch or PREFILL_MAX_SEQS)
+        seqs = max_batch or PREFILL_MAX_SEQS
+        c = _prefill_at(inputs, shape, w, hit, guess, chunk, seqs)
         pinned = ([f"{chunk:,} tokens per rank"] if max_batched_tokens else []) \
             + ([f"{max_batch} requests per step"] if max_batch else [])
-        return replace(c, why=", ".join(pinned) + ", pinned")
+        return replace(c, why=", ".join(pinned) + ", pinned",
+                       remote_requests_per_s=_remote(inputs, shape, w, hit, guess, chunk, seqs))
     if role == "aggregated":
         c = aggregated_candidate(inputs, shape, w, max_batch, max_batched_tokens)
         if c.requests_per_s <= 0 and c.max_batch:
@@ -231,23 +276,28 @@ def pinned_candidate(inputs: Inputs, role: str, shape: Shape, w: Workload, hit: 
     tokens = max_batched_tokens or c.max_batched_tokens
     why = f"{max_batch} requests per rank, pinned" if max_batch else c.why
     return Candidate(role, c.shape, c.requests_per_s, c.max_batch, tokens, c.step_us,
-                     c.why_not, why)
+                     c.why_not, why, remote_requests_per_s=c.remote_requests_per_s)
 
 
 def layout_goodput(inputs: Inputs, layouts: list[Layout], w: Workload, hit: float,
-                   guess: int) -> float:
-    """Requests/s a layout sustains with its batch limits, by the candidates' arithmetic: the
-    smaller of prefill and decode supply, or the aggregated instances' sum (at SCALE's
-    resolution, rounded down: compiler/solve/problem.py). Compile and a pinned predict both
-    cap admission here, so one layout gets one prediction whichever command made it."""
+                   guess: int, cross: float | None = None) -> float:
+    """Requests/s a layout (one routing group, `cross` of whose hand-offs cross NVLink
+    domains: default the hardware's, compiler.routes) sustains with its batch limits, by the
+    candidates' arithmetic: the smaller of prefill and decode supply, or the aggregated
+    instances' sum (at SCALE's resolution, rounded down: compiler/solve/problem.py). Compile
+    and a pinned predict both cap admission here, so one layout gets one prediction whichever
+    command made it."""
+    base = routes.base_cross(inputs)
+    cross = base if cross is None else cross
     supply: dict[str, float] = {}
     for x in layouts:
         if x.role == "prefill":
             c = _prefill_at(inputs, x.shape, w, hit, guess,
                             x.max_batched_tokens or PREFILL_CHUNK_TOKENS,
-                            x.max_batch or PREFILL_MAX_SEQS)
+                            x.max_batch or PREFILL_MAX_SEQS, cross)
         elif x.role == "decode":
             c = decode_candidate(inputs, x.shape, w, x.max_batch, enforce_slo=False)
+            c = replace(c, requests_per_s=c.remote if cross > base else c.requests_per_s)
         else:
             c = aggregated_candidate(inputs, x.shape, w, x.max_batch, x.max_batched_tokens,
                                      enforce_slo=False)

@@ -24,7 +24,7 @@ from compiler.perf.step import PerfContext
 from compiler.shapes import Shape, parse_shape
 
 if TYPE_CHECKING:
-    from compiler.plan import Instance, Predicted
+    from compiler.plan import Instance
 
 PREFILL_CHUNK_TOKENS = 16384  # REFERENCE-DATA.md C1 V2: 16,384 tokens per device in prefill
 PREFILL_MAX_SEQS = 64  # assumed
@@ -118,8 +118,11 @@ def kv_capacity_requests(inputs: Inputs, shape: Shape, role: str, engram_gpus: i
     return max(0, int(free / per_request)) if per_request else MAX_DECODE_BATCH
 
 
-def groups(inputs: Inputs, plan: list[Layout], w: Workload) -> list[Group]:
-    prefill_gpus = sum(x.count * x.shape.gpus for x in plan if x.role == "prefill")
+def groups(inputs: Inputs, plan: list[Layout], w: Workload,
+           whole: list[Layout] | None = None) -> list[Group]:
+    """`plan`'s instance groups with their perf contexts; `whole`: the deployment's layout
+    when `plan` is one routing group of it (its prefill GPUs are the Engram peer group)."""
+    prefill_gpus = sum(x.count * x.shape.gpus for x in whole or plan if x.role == "prefill")
     out = []
     for x in plan:
         engram_gpus = prefill_gpus if x.role == "prefill" else x.shape.gpus
@@ -172,26 +175,32 @@ def pool_dram_gib(inputs: Inputs) -> float:
 
 def predict_layout(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
                    max_requests_per_s: float | None = None,
-                   pool_gib: float | None = None) -> Prediction:
+                   pool_gib: float | None = None, cross: float = 0.0,
+                   whole: list[Layout] | None = None) -> Prediction:
     """Metrics of `plan` under the workload; `max_requests_per_s` caps admission (the rate at
-    which the solver found the SLO still holds)."""
+    which the solver found the SLO still holds). `plan` is one routing group (compiler.routes)
+    whose hand-offs cross NVLink domains at share `cross`; `whole`: the deployment's layout
+    it is part of (its prefix pool and Engram peer group), default `plan` itself."""
     w = w or workload(inputs)
     cap = max_requests_per_s / 1e6 if max_requests_per_s else float("inf")
-    gs = groups(inputs, plan, w)
-    hit = prefix_hit_rate(w, pool_tokens(inputs, gs, pool_gib))
+    gs = groups(inputs, plan, w, whole)
+    every = gs if whole is None else groups(inputs, whole, w)
+    hit = prefix_hit_rate(w, pool_tokens(inputs, every, pool_gib))
     gpus = sum(g.gpus for g in gs)
     power = inputs.system.gpu.power_w.value
     prefill = [g for g in gs if g.role == "prefill"]
     decode = [g for g in gs if g.role == "decode"]
     if prefill and decode:
-        return predict_disaggregated(prefill, decode, w, hit, power, gpus, cap)
+        return predict_disaggregated(prefill, decode, w, hit, power, gpus, cap, cross)
     return predict_aggregated([g for g in gs if g.role != "prefill"], w, hit, power, gpus, cap)
 
 
 def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
-          pool_gib: float | None = None) -> list[dict]:
+          pool_gib: float | None = None, cross: float = 0.0,
+          whole: list[Layout] | None = None) -> list[dict]:
     """Throughput-interactivity curve: sweep the decode batch (concurrency follows) in powers
-    of two up to what the KV cache holds, past the SLO's batch, so the trade-off shows."""
+    of two up to what the KV cache holds, past the SLO's batch, so the trade-off shows
+    (`cross`, `whole`: as predict_layout's)."""
     w = w or workload(inputs)
     ranks = sum(x.count * x.shape.dp for x in plan if x.role != "prefill")
     unlimited = [replace(x, max_batch=None) if x.role != "prefill" else x for x in plan]
@@ -201,7 +210,7 @@ def curve(inputs: Inputs, plan: list[Layout], w: Workload | None = None,
     while batch <= cap:
         limited = [replace(x, max_batch=batch) if x.role != "prefill" else x for x in plan]
         p = predict_layout(inputs, limited, replace(w, concurrency=batch * ranks * 1.05),
-                           pool_gib=pool_gib)
+                           pool_gib=pool_gib, cross=cross, whole=whole)
         points.append({"batch": batch, "tokens_per_s_per_user_p50": p.tokens_per_s_per_user_p50,
                        "tokens_per_s_per_user_p90": p.tokens_per_s_per_user_p90,
                        "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
@@ -233,17 +242,3 @@ def operating_workload(inputs: Inputs) -> Workload:
     if r.objective_mode.value != "latency" and r.stated_concurrency is None:
         w = replace(w, concurrency=UNBOUNDED_CONCURRENCY)
     return w
-
-
-def operating_point(inputs: Inputs, plan: list[Layout], goodput: float | None,
-                    pool_gib: float | None = None, with_curve: bool = True) -> "Predicted":
-    """The plan's `predicted` block: metrics at the operating point (admission capped at the
-    solver's goodput) and, `with_curve`, the throughput-interactivity curve."""
-    from dataclasses import asdict
-
-    from compiler.plan import Predicted
-
-    w = operating_workload(inputs)
-    p = predict_layout(inputs, plan, w, max_requests_per_s=goodput, pool_gib=pool_gib)
-    return Predicted(**asdict(p), curve=curve(inputs, plan, pool_gib=pool_gib)
-                     if with_curve else [])

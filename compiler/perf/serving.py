@@ -17,8 +17,7 @@ efficiency, and the engine's per-request work (`request_overhead_us`) comes on t
 import math
 from dataclasses import dataclass, field
 
-from compiler import arch
-from compiler.perf import comm
+from compiler.perf import handoff
 from compiler.perf.step import PerfContext, StepTime, decode_step, prefill_step
 from compiler.shapes import Shape
 
@@ -103,15 +102,6 @@ def decode_time(g: Group, batch: float, kv_len: float) -> StepTime:
 
 def prefill_time(g: Group, tokens: int, new: float, cached: float) -> StepTime:
     return prefill_step(g.ctx, g.shape, tokens, max(1.0, new), cached)
-
-
-def kv_transfer_us(ctx: PerfContext, tokens: float, same_nvlink_domain: bool) -> float:
-    """Prefill-to-decode KV hand-off (NIXL) of one request of `tokens`: its KV and its
-    linear-attention state, over NVLink inside a rack, else RDMA."""
-    nbytes = tokens * arch.kv_bytes_per_token(ctx.model, ctx.kv_dtype) \
-        + arch.state_bytes_per_request(ctx.model)
-    return comm.transfer_us(ctx.system, nbytes, "nvlink" if same_nvlink_domain else "rdma",
-                            ctx.nic_gbps)
 
 
 def ttft_us(chunk_us: float, chunk_tokens: int, new: float, isl_cv: float, transfer_us: float,
@@ -235,11 +225,14 @@ class State:
 
 
 class _Disaggregated:
-    """The prefill and decode groups of a P/D layout under workload `w`: their steps (decode
-    memoised by batch) and a request's TTFT at a rate."""
+    """The prefill and decode groups of one routing group of a P/D layout under workload `w`:
+    their steps (decode memoised by batch) and a request's TTFT at a rate, with the hand-off
+    that `cross` of its requests make across NVLink domains over the NICs
+    (compiler.perf.handoff)."""
 
-    def __init__(self, prefill: list[Group], decode: list[Group], w: Workload, hit: float):
-        self.prefill, self.decode, self.w = prefill, decode, w
+    def __init__(self, prefill: list[Group], decode: list[Group], w: Workload, hit: float,
+                 cross: float):
+        self.prefill, self.decode, self.w, self.cross = prefill, decode, w, cross
         self.ctx = decode[0].ctx
         self.kv_len = w.isl + w.osl / 2
         self.cached, self.new = w.isl * hit, w.isl * (1 - hit)
@@ -253,7 +246,11 @@ class _Disaggregated:
         self.d_ranks = sum(g.ranks for g in decode)
         self.max_slots = sum(g.ranks * g.max_batch for g in decode)
         self.seen: dict[float, tuple[float, dict[int, StepTime]]] = {}
-        self.transfer = kv_transfer_us(self.ctx, w.isl, _one_domain(prefill + decode))
+        self.p_gpus = sum(g.gpus for g in prefill)
+        # the NICs carry at most this many requests per us of hand-offs, out and in
+        self.nic_cap = min(handoff.nic_requests_per_us(self.ctx, self.p_gpus, w.isl, cross),
+                           handoff.nic_requests_per_us(self.ctx, sum(g.gpus for g in decode),
+                                                       w.isl, cross))
         self.p_ranks = sum(g.ranks for g in prefill)
         # the clients that cycle through a prefill rank: at most what decode holds at once
         self.clients = min(w.concurrency, self.max_slots) / max(self.p_ranks, 1)
@@ -272,6 +269,11 @@ class _Disaggregated:
     def utilisation(self, rate: float) -> float:
         return rate * self.new / self.p_cap if self.p_cap else 0.0
 
+    def transfer(self, rate: float) -> float:
+        """A request's hand-off at `rate` requests/us: its prefill GPUs' NICs that busy."""
+        load = handoff.nic_load(self.ctx, rate, self.p_gpus, self.w.isl, self.cross)
+        return handoff.handoff_us(self.ctx, self.w.isl, self.cross, load)
+
     def ttft(self, rate: float, q: float, decode_us: float) -> float:
         w, new, full, at_size = self.w, self.new, self.full, self.at_size
         rho = rate * new / self.p_cap if self.p_cap else 1.0
@@ -287,7 +289,7 @@ class _Disaggregated:
         # a prompt at quantile q's length, in a step with the others that arrive with it
         mine = new * (1 + (Z90 * w.isl_cv if q > 0.5 else 0.0))
         size = min(full, max(tokens, mine))
-        return ttft_us(step.us, full, new, w.isl_cv, self.transfer, rho, q,
+        return ttft_us(step.us, full, new, w.isl_cv, self.transfer(rate), rho, q,
                        step.fill_us, ahead, at_size.own_us(size, mine), sync, w.isl, floor)
 
     def rows(self, batch: float, steps: dict[int, StepTime]) -> list[dict]:
@@ -298,17 +300,18 @@ class _Disaggregated:
 
 def predict_disaggregated(prefill: list[Group], decode: list[Group], w: Workload,
                           hit: float, power_w: float, total_gpus: int,
-                          rate_cap: float = float("inf")) -> Prediction:
-    """`rate_cap` (requests/us): the admission limit that keeps the SLO (the solver's goodput);
-    requests beyond it wait outside the deployment."""
-    pd = _Disaggregated(prefill, decode, w, hit)
+                          rate_cap: float = float("inf"), cross: float = 0.0) -> Prediction:
+    """One routing group's prediction. `rate_cap` (requests/us): the admission limit that
+    keeps the SLO (the solver's goodput); requests beyond it wait outside the deployment.
+    `cross`: the share of its hand-offs that cross NVLink domains (compiler.routes)."""
+    pd = _Disaggregated(prefill, decode, w, hit, cross)
     ctx, new, d_ranks = pd.ctx, pd.new, max(pd.d_ranks, 1)
     top = max(g.max_batch for g in decode)
     state = State(rate=0.0, batch=min(w.concurrency / d_ranks, decode[0].max_batch))
     for _ in range(60):
         decode_us = decode_steps(w, ctx) * pd.decode_at(state.batch)[0]
         slots = pd.max_slots / decode_us if decode_us > 0 else float("inf")
-        cap = min(pd.p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap)
+        cap = min(pd.p_cap * MAX_UTILISATION / max(new, 1.0), slots, rate_cap, pd.nic_cap)
         rate = min(w.concurrency / (pd.ttft(state.rate, 0.5, decode_us) + decode_us), cap)
         batch = min(rate * decode_us / d_ranks, top)
         # a batch held at its limit is taken as is (no damping): its step is then reused
@@ -359,11 +362,6 @@ def decode_share(g: Group, batch: float, kv_len: float) -> StepTime:
     if batch >= 1:
         return decode_time(g, batch, kv_len)
     return decode_time(g, 1, kv_len).scaled(max(batch, 0.0))
-
-
-def _one_domain(groups: list[Group]) -> bool:
-    ctx = groups[0].ctx
-    return sum(g.gpus for g in groups) <= ctx.system.rack.nvlink_domain_gpus.value
 
 
 def group_row(g: Group, batch: float, st: StepTime, key: str) -> dict:

@@ -5,12 +5,14 @@ instance takes. Every function adds its rule to `model` and returns nothing; req
 literals (`lits`) make user requirements switchable for infeasibility explanations.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 from compiler.cpsat import cp_model
 from compiler.solve import racks
 from compiler.solve.problem import Problem, scaled_supply
+from compiler.solve.routed_patterns import routed_patterns
 
 
 @dataclass
@@ -22,6 +24,7 @@ class CountVars:
     kept: dict[int, int] = field(default_factory=dict)  # candidate index -> kept instances
     capacity: racks.Capacity | None = None
     aggregated: cp_model.IntVar | None = None  # 1: aggregated serving, 0: prefill + decode
+    allowed: frozenset[int] | None = None  # candidates that may have instances (None: all)
 
 
 def add_tray_availability(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
@@ -49,12 +52,20 @@ def add_gpu_capacity(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     what is left (aligned blocks of partly available trays count conservatively: every
     unavailable entry active). See compiler/solve/racks.py."""
     counts = [v.n.get(i, 0) for i in range(len(p.candidates))]
-    v.capacity = racks.add_capacity(m, p, items(p), counts, v.tray_free)
+    fewer = None
+    if p.routed and p.mode != "pinned":  # pinned counts are exact: every pattern counts
+        placed = [j for j, it in enumerate(items(p)) if it.trays or it.per_rack]
+        fewer = functools.partial(routed_patterns, p, placed, v.allowed)
+    v.capacity = racks.add_capacity(m, p, items(p), counts, v.tray_free, fewer)
 
 
 def items(p: Problem) -> list[racks.Item]:
-    """What each candidate takes: whole trays, or GPUs inside one tray."""
-    return [racks.Item(p.whole_trays(c.shape.gpus), c.shape.gpus) for c in p.candidates]
+    """What each candidate takes: whole trays, or GPUs inside one tray; where routing groups
+    follow NVLink domains, a sub-tray prefill or decode instance is counted in its rack
+    (compiler/solve/locality.py: its rack's roles decide its group)."""
+    return [racks.Item(p.whole_trays(c.shape.gpus), c.shape.gpus,
+                       p.routed and c.role in ("prefill", "decode"))
+            for c in p.candidates]
 
 
 def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
@@ -63,15 +74,15 @@ def add_engram_peer_group(m: cp_model.CpModel, v: CountVars, p: Problem) -> None
     if p.engram_gib <= 0:
         return
     prefill = [(i, c) for i, c in enumerate(p.candidates) if c.role == "prefill" and i in v.n]
-    total = sum(_all(v, i) * c.shape.gpus for i, c in prefill)
+    total = sum(instances_of(v, i) * c.shape.gpus for i, c in prefill)
     for i, c in prefill:
         spare = p.hbm_gib - p.prefill_base_gib(c.shape)
         if spare <= 0:
             m.add(v.n[i] == 0)
             continue
         used = m.new_bool_var(f"uses[{i}]")
-        m.add(_all(v, i) >= 1).only_enforce_if(used)
-        m.add(_all(v, i) == 0).only_enforce_if(used.Not())
+        m.add(instances_of(v, i) >= 1).only_enforce_if(used)
+        m.add(instances_of(v, i) == 0).only_enforce_if(used.Not())
         m.add(total >= math.ceil(p.engram_gib / spare)).only_enforce_if(used)
 
 
@@ -103,7 +114,7 @@ def add_pins(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
         if not entries:
             m.add(v.n[i] == 0)
             continue
-        m.add(_all(v, i) == sum(e.count for e in entries)).only_enforce_if(
+        m.add(instances_of(v, i) == sum(e.count for e in entries)).only_enforce_if(
             [v.lits[e.requirement.key] for e in entries])
 
 
@@ -112,7 +123,8 @@ def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     alone (vLLM's disaggregated and aggregated workers do not share a frontend here); where
     both are candidates, `v.aggregated` chooses."""
     def total(role: str) -> cp_model.LinearExpr:
-        return sum(_all(v, i) for i, c in enumerate(p.candidates) if c.role == role and i in v.n)
+        return sum(instances_of(v, i) for i, c in enumerate(p.candidates)
+                   if c.role == role and i in v.n)
 
     roles = {c.role for c in p.candidates}
     aggregated = m.new_bool_var("aggregated")
@@ -132,21 +144,23 @@ def add_serve_something(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
 
 def add_goodput(m: cp_model.CpModel, v: CountVars, p: Problem) -> None:
     """Goodput is the smaller of prefill and decode supply (requests/s at the SLO), or the
-    aggregated instances' supply, whichever way the layout serves."""
+    aggregated instances' supply, whichever way the layout serves. Where routing groups
+    follow NVLink domains, the P/D goodput is also held to what each group serves
+    (compiler/solve/locality.py add_domain_goodput, which implies this bound)."""
     for role in ("prefill", "decode", "aggregated"):
         terms = [(i, c) for i, c in enumerate(p.candidates) if c.role == role and i in v.n]
         if terms:
-            supply = sum(_all(v, i) * scaled_supply(c.requests_per_s) for i, c in terms)
+            supply = sum(instances_of(v, i) * scaled_supply(c.requests_per_s) for i, c in terms)
             serving = v.aggregated if role == "aggregated" else v.aggregated.Not()
             m.add(v.goodput <= supply).only_enforce_if(serving)
 
 
 def supply(v: CountVars, p: Problem) -> cp_model.LinearExpr:
     """Prefill plus decode supply (CP-SAT units): the tie-break after goodput."""
-    return sum(_all(v, i) * scaled_supply(c.requests_per_s)
+    return sum(instances_of(v, i) * scaled_supply(c.requests_per_s)
                for i, c in enumerate(p.candidates) if i in v.n)
 
 
-def _all(v: CountVars, i: int) -> cp_model.LinearExprT:
+def instances_of(v: CountVars, i: int) -> cp_model.LinearExprT:
     """Instances of candidate i: new ones plus those kept from the running plan."""
     return v.n[i] + v.kept.get(i, 0)

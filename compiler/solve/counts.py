@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 from compiler.cpsat import cp_model
 from compiler.solve import constraints as rules
-from compiler.solve import racks
+from compiler.solve import locality, racks
 from compiler.solve.params import DETERMINISTIC_SECONDS, solve, solver
-from compiler.solve.problem import SCALE, Problem
+from compiler.solve.problem import GOODPUT_TOP, SCALE, Problem
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ def build(p: Problem, with_objective: bool = True, only: frozenset[int] | None =
                           f"n[{i}]")
          for i, c in enumerate(p.candidates)}
     lits = {key: m.new_bool_var(f"req[{key}]") for key in sorted(p.requirements)}
-    v = rules.CountVars(n, m.new_int_var(0, 10**12, "goodput"), lits, kept=p.kept_counts())
+    v = rules.CountVars(n, m.new_int_var(0, GOODPUT_TOP, "goodput"), lits, kept=p.kept_counts(),
+                        allowed=only)
     rules.add_tray_availability(m, v, p)
     rules.add_gpu_capacity(m, v, p)
     rules.add_engram_peer_group(m, v, p)
@@ -43,6 +44,11 @@ def build(p: Problem, with_objective: bool = True, only: frozenset[int] | None =
         rules.add_pins(m, v, p)
     rules.add_serve_something(m, v, p)
     rules.add_goodput(m, v, p)
+    if p.routed:
+        doms = locality.gather(m, v, p)
+        locality.add_domain_goodput(m, v, p, doms)
+        locality.add_shared_roles(m, v, p, doms)
+        locality.add_one_group(m, v, p, doms)
     if with_objective:
         m.maximize(v.goodput)
     return m, v
@@ -72,10 +78,14 @@ def solve_counts(p: Problem) -> Counts | list[str]:
 
 def best_with(p: Problem, only: frozenset[int], limit: float) -> Counts | None:
     """The counts with instances of the candidates `only` (by index) alone, by the same model
-    and tie-break as solve_counts (no per-rack split), within `limit` deterministic seconds
-    per phase; None where none serve (the decision table: compiler/solve/layouts.py)."""
+    and tie-break as solve_counts, within `limit` deterministic seconds per phase; None where
+    none serve (the decision table: compiler/solve/layouts.py)."""
     found = _best(p, only, limit)
-    return None if found is None else found[0]
+    if found is None:
+        return None
+    counts, s, v = found
+    totals = [counts.by_candidate.get(i, 0) for i in range(len(p.candidates))]
+    return replace(counts, by_domain=racks.split(p, rules.items(p), totals, v.capacity, s))
 
 
 def _best(p: Problem, only: frozenset[int] | None, limit: float | None = None

@@ -26,6 +26,7 @@ MAX_LEFT_OUT = 3  # chosen shapes re-solved without, those holding the most GPUs
 @dataclass(frozen=True)
 class Alternative:
     by_candidate: dict[int, int]  # candidate index -> instances
+    by_domain: dict[str, dict[int, int]]  # NVLink domain -> candidate index -> instances
     goodput: float  # the count model's objective, requests/s
     status: str  # CP-SAT's: OPTIMAL, or FEASIBLE when cut short
     without: str  # what was left out, e.g. "decode DEP64" or "disaggregated serving"
@@ -64,5 +65,6 @@ def alternatives(p: Problem, chosen: Counts) -> list[Alternative]:
         key = tuple(sorted(found.by_candidate.items()))
         if key not in seen:
             seen.add(key)
-            out.append(Alternative(found.by_candidate, found.objective, found.status, without))
+            out.append(Alternative(found.by_candidate, found.by_domain, found.objective,
+                                   found.status, without))
     return out

@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 import networkx as nx
 
-from compiler import arch, graph
+from compiler import arch, graph, routes
 from compiler.load import Inputs
 from compiler.memory import gpu_budget
 from compiler.perf.capacity import Candidate
@@ -19,6 +19,7 @@ from compiler.shapes import Shape
 
 SCALE = 1_000_000  # capacities enter CP-SAT as integer micro-requests per second
 DECIMALS = 6  # goodputs in the plan keep SCALE's resolution
+GOODPUT_TOP = 10**12  # the count model's bound on goodput, in SCALE's units
 
 
 def scaled_supply(requests_per_s: float) -> int:
@@ -83,6 +84,12 @@ class Problem:
     kept: tuple[Kept, ...] = ()  # incremental recompile: fixed instances
     next_id: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({}))  # role -> first unused id number
+
+    @property
+    def routed(self) -> bool:
+        """Routing groups follow NVLink domains (compiler.routes): the count model prices
+        each domain's own group and the shared one (compiler/solve/locality.py)."""
+        return routes.by_domain(self.inputs)
 
     @property
     def occupied(self) -> set[str]:

@@ -21,8 +21,10 @@ it fits. Pure, as compiler.validate.rules (which registers them):
   the Engram shard map and `compile --from` rely on); replicas of one pod template share one
   node affinity, over which the scheduler (Grove, LWS) spreads them in any order. So every
   engine workload is one instance (one replica) whose affinity names exactly its trays.
-- pd-within-group: a mixed fleet's groups are solved and predicted each with its own prefill
-  and decode instances (`routing.groups`), so every prefill/decode pair stays in one group. A
+- pd-within-group: the plan's routers (`Plan.routes`: its routing groups, compiler.routes, or a
+  mixed fleet's groups) are priced each with its own prefill and decode instances (an NVLink
+  domain's hand-offs on NVLink, the shared group's over the NICs; a mixed fleet's groups are
+  solved apart), so every prefill/decode pair stays in one group. A
   Dynamo frontend pairs any prefill and decode worker of its graph (the operator gives each
   DynamoGraphDeployment its own Dynamo namespace: deploy/operator/internal/dynamo/graph.go
   GetDynamoNamespace), and a vllm-router any leader its prefill and decode selectors discover
@@ -334,9 +336,10 @@ def _leaders(b: "Bundle") -> list[tuple[dict[str, Any], set[str]]]:
 
 
 def pd_within_group(ctx: "Context") -> list[Finding]:
-    if not ctx.plan.mixed:
+    plan = ctx.plan
+    if not plan.routes:
         return []
-    group_of = {t.node_name: g.name for g in ctx.plan.hardware.groups for t in g.hardware.trays}
+    group_of = {t.node_name: plan.route_of_tray(t) for t in plan.hardware.trays}
     out = []
 
     def groups(nodes: set[str]) -> set[str]:
@@ -350,10 +353,10 @@ def pd_within_group(ctx: "Context") -> list[Finding]:
         for obj, found in graphs.items():
             if len(found) > 1:
                 out.append(Finding("pd-within-group", obj.file, obj.line, obj.label,
-                                   "the workers of one fleet group per graph",
+                                   "the workers of one routing group per graph",
                                    f"workers on groups {', '.join(sorted(found))}",
                                    "its frontend pairs any prefill with any decode worker of "
-                                   "the graph, across groups that were solved apart"))
+                                   "the graph, across groups that were priced apart"))
         leaders = _leaders(b)
         for g in b.groups:
             for c in g.spec.get("containers") or []:
@@ -368,8 +371,8 @@ def pd_within_group(ctx: "Context") -> list[Finding]:
                             found |= groups(nodes)
                 if len(found) > 1:
                     out.append(_finding(
-                        "pd-within-group", g, "prefill and decode leaders of one fleet group",
+                        "pd-within-group", g, "prefill and decode leaders of one routing group",
                         f"selectors matching leaders of groups {', '.join(sorted(found))}",
                         "the router pairs any prefill with any decode leader it discovers, "
-                        "across groups that were solved apart"))
+                        "across groups that were priced apart"))
     return out

@@ -8,7 +8,7 @@ import yaml
 
 from compiler import api, catalog
 from compiler.choice import CAPABILITY
-from compiler.perf import serving
+from compiler.perf import handoff
 from compiler.perf.predict import context
 from schemas.diagnostics import CompileError
 from targets import TARGETS
@@ -195,8 +195,8 @@ def test_kv_transfer_uses_the_racks_nic_override(tmp_path: Path):
     slow = load_inputs(tmp_path / "deployment.yaml")
     fast = load_inputs(EXAMPLES / H200 / "deployment.yaml")
     assert slow.resolved.nic_gbps_per_gpu.value == 100
-    t_slow = serving.kv_transfer_us(context(slow, 8), 8192, False)
-    t_fast = serving.kv_transfer_us(context(fast, 8), 8192, False)
+    t_slow = handoff.handoff_us(context(slow, 8), 8192, cross=1.0)
+    t_fast = handoff.handoff_us(context(fast, 8), 8192, cross=1.0)
     assert t_slow > 3 * t_fast
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler import prediction
+from compiler import prediction, routes
 from compiler.graph import build_graph
 from compiler.load import load_fleet
-from compiler.perf.predict import grouped_layouts
 from compiler.precheck import precheck
 from compiler.solve.build import build_problem
 from compiler.solve.counts import solve_counts
@@ -76,9 +75,10 @@ def test_other_rows_are_the_one_prediction_of_their_layout(problem):
     alts = alternatives(p, counts)
     assert alts
     for alt in alts:
-        layouts = grouped_layouts((c.role, c.shape.name, c.max_batch, c.max_batched_tokens)
-                                  for i, n in sorted(alt.by_candidate.items())
-                                  for c in [p.candidates[i]] * n)
+        layouts = routes.one_route(inputs, ((c.role, c.shape.name, c.max_batch,
+                                             c.max_batched_tokens)
+                                            for i, n in sorted(alt.by_candidate.items())
+                                            for c in [p.candidates[i]] * n))
         metrics = prediction.predict(inputs, layouts, available, with_curve=False)
         full = prediction.predict(inputs, layouts, available)
         assert metrics.ttft_ms_p90 == full.ttft_ms_p90 and not metrics.curve and full.curve

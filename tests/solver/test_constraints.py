@@ -217,10 +217,11 @@ def test_counts_grow_linearly_with_identical_racks(tmp_path: Path):
         return solve_counts(problem_at(path)).objective
 
     one, four, eight = goodput(1), goodput(4), goodput(8)
-    # never less than the racks alone; a lone rack cannot mix packing patterns to balance
-    # prefill and decode, several can, so from a few racks on the growth is linear
+    # never less than the racks alone; a rack serves its own requests unless it holds one
+    # role (compiler/solve/locality.py), and racks of one role balance each other a little
+    # better the more there are of them (here 2.7% from 4 racks to 8), nothing more
     assert four >= 4 * one * 0.999
-    assert 2 * four * 0.999 <= eight <= 2 * four * 1.02
+    assert 2 * four * 0.999 <= eight <= 2 * four * 1.05
 
 
 def test_each_rack_is_placed_by_its_own_model(tmp_path: Path):

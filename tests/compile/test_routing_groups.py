@@ -1,0 +1,108 @@
+"""Routing groups on NVL72 racks (compiler/routes.py): a rack that holds prefill and decode
+serves its own requests, its own frontend and router pairing only its instances; the racks of
+one role share one; each is priced so, and a fleet of racks laid out alike predicts per rack
+what one rack does (no free gain from balancing over the fleet)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compiler import api
+from compiler.validate import rules
+from tests.builders import write_case
+
+DGD = "dynamo/dgd.yaml"
+K8S_DGD = "k8s/dynamo-graph.yaml"  # what `rackc validate` reads (the k8s/ bundle)
+LWS = "lws/leaderworkersets.yaml"
+
+
+def _case(root: Path, racks: int, objective: dict | None = None) -> Path:
+    path = write_case(root, kind="Cluster", hardware={"racks": racks, "trays": 4},
+                      objective=objective)
+    dep = yaml.safe_load(path.read_text())
+    dep["spec"]["site"] = {"images": {"router": "vllm-router:0.1.17"}}
+    path.write_text(yaml.safe_dump(dep, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def eight(tmp_path_factory):
+    """Eight GB200 racks of four trays: two serve themselves, six of one role share a router."""
+    result = api.compile(_case(tmp_path_factory.mktemp("eight"), 8))
+    return result.plan, dict(result.artifacts)
+
+
+def _domain(plan, instance) -> str:
+    return plan.tray(instance.trays[0]).nvlink_domain
+
+
+def test_a_rack_that_holds_both_roles_is_its_own_routing_group(eight):
+    plan, _ = eight
+    groups = plan.routing.groups
+    assert {g.name for g in groups} >= {"shared"} and len(groups) >= 2
+    for g in groups:
+        roles = {d: {i.role for i in plan.instances if _domain(plan, i) == d} for d in g.domains}
+        if g.name == "shared":
+            assert g.cross_domain_share == 1.0
+            assert all(len(r) == 1 for r in roles.values())  # one role per rack
+            assert set().union(*roles.values()) == {"prefill", "decode"}
+        else:
+            assert g.domains == [g.name] and g.cross_domain_share == 0.0
+            assert roles[g.name] == {"prefill", "decode"}
+    assert sum(g.requests_per_s for g in groups) == pytest.approx(plan.solver.objective,
+                                                                  rel=1e-6)
+    [d] = [d for d in plan.decisions if d.path == "routing.groups"]
+    assert d.source == "rule:routing-groups"
+
+
+def test_each_router_pairs_only_its_groups_instances(eight):
+    plan, files = eight
+    nodes = {t.node_name: plan.route_of_tray(t) for t in plan.hardware.trays}
+    graphs = list(yaml.safe_load_all(files[DGD]))
+    assert len(graphs) == len(plan.routing.groups)
+    for graph in graphs:
+        found = {nodes[term["matchFields"][0]["values"][0]]
+                 for c in graph["spec"]["components"] if c["type"] in ("prefill", "decode")
+                 for term in c["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+                     "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]}
+        assert len(found) == 1 and graph["metadata"]["name"].endswith(found.pop())
+    routers = [d for d in yaml.safe_load_all(files[LWS]) if d["kind"] == "Deployment"]
+    assert len(routers) == len(plan.routing.groups)
+    for router in routers:
+        args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+        group = router["metadata"]["labels"]["rackc.dev/group"]
+        assert args.count(f"rackc.dev/group={group}") == 2  # prefill and decode selectors
+    assert not rules.findings(plan, files, ["pd-within-group"])
+
+
+def test_a_graph_over_two_routing_groups_is_refused(eight):
+    plan, files = eight
+    graphs = list(yaml.safe_load_all(files[K8S_DGD]))
+    moved = next(c for c in graphs[1]["spec"]["components"] if c["type"] == "decode")
+    graphs[1]["spec"]["components"].remove(moved)
+    graphs[0]["spec"]["components"].append(moved)
+    merged = {**files, K8S_DGD: yaml.safe_dump_all(graphs, sort_keys=False)}
+    [finding] = rules.findings(plan, merged, ["pd-within-group"])
+    assert finding.where.startswith("DynamoGraphDeployment")
+    assert "routing group" in finding.expected
+
+
+def test_racks_laid_out_alike_predict_alike_per_rack(tmp_path: Path):
+    """One rack and two racks of the same per-rack layout (pinned): the same goodput and the
+    same prediction per rack; their hand-offs stay in each rack."""
+    def compiled(racks: int):
+        pins = [{"role": "prefill", "shape": "DEP4", "count": racks},
+                {"role": "decode", "shape": "DEP8", "count": racks},
+                {"role": "decode", "shape": "DEP4", "count": racks}]
+        path = _case(tmp_path / str(racks), racks, {"mode": "pinned", "instances": pins})
+        return api.compile(path, only=()).plan
+
+    one, two = compiled(1), compiled(2)
+    assert [g.name for g in two.routing.groups] == ["nvl0", "nvl1"]
+    assert two.solver.objective == pytest.approx(2 * one.solver.objective, rel=1e-9)
+    p1, p2 = one.predicted, two.predicted
+    assert p2.requests_per_s == pytest.approx(2 * p1.requests_per_s, rel=1e-4)
+    for key in ("ttft_ms_p50", "ttft_ms_p90", "tokens_per_s_per_user_p90",
+                "output_tokens_per_s_per_gpu", "prefill_utilisation"):
+        assert getattr(p2, key) == pytest.approx(getattr(p1, key), rel=1e-3), key
