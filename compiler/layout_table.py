@@ -84,9 +84,9 @@ def layout_table(inputs: Inputs, sol: Solution, chosen_routes: list[RouteLayout]
     cands = sol.problem.candidates
     for alt in alternatives(sol.problem, sol.counts):
         _, found = routes.of_instances(inputs, (
-            (d, (c.role, c.shape.name, c.max_batch, c.max_batched_tokens))
+            (d, f"{d}/{i}.{k}", (c.role, c.shape.name, c.max_batch, c.max_batched_tokens))
             for d, here in alt.by_domain.items() for i, n in sorted(here.items())
-            for c in [cands[i]] * n))
+            for k, c in enumerate([cands[i]] * n)))  # trays unknown: one unit per instance
         metrics = predict(inputs, found, available, with_curve=False)
         rows.append((_row(inputs, found, metrics, available, False), alt))
     rows.sort(key=lambda ra: (-ra[0].goodput, ra[0].ttft_ms_p90,

@@ -319,9 +319,13 @@ def _route_groups(inputs: Inputs, g: nx.Graph, instances: list[Instance]
     """The routing groups (compiler.routes), where there are several (each served by its own
     frontend and router), with the decision."""
     found, _ = routes.of_instances(inputs, (
-        (graph.nvlink_domain_of(g, i.gpus[0]), (i.role, i.shape, i.max_batch,
-                                                 i.max_batched_tokens)) for i in instances))
+        (graph.nvlink_domain_of(g, i.gpus[0]), i.trays[0],
+         (i.role, i.shape, i.max_batch, i.max_batched_tokens)) for i in instances))
     if len(found) < 2:
         return [], []
-    return [RouteGroup(name=r.name, domains=list(r.domains), cross_domain_share=r.cross)
+    spans: dict[str, set[str]] = {}  # first tray -> every tray of the instances starting there
+    for i in instances:
+        spans.setdefault(i.trays[0], set()).update(i.trays)
+    return [RouteGroup(name=r.name, domains=list(r.domains), cross_domain_share=r.cross,
+                       trays=sorted({t for first in r.trays for t in spans[first]}, key=natural))
             for r in found], [routes.decision(found)]

@@ -38,6 +38,7 @@ class StageOffload:
     buffer_gib: float = 0.0  # prefetch: the GPU buffers the copies land in
     offloaded: tuple[int, ...] = ()  # prefetch: stage-local index of each offloaded layer
     layer_gib: tuple[float, ...] = ()  # prefetch: what each of them copies per forward pass
+    tower_gib: float = 0.0  # UVA: of host_gib, the vision tower (read only where images run)
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,9 @@ def offload_of(ask: OffloadAsk, model: ModelSpec, shape: Shape, tower_gib: float
     counts = stage_layers(model.layers, shape.pp)
     spans = [(sum(counts[:s]), n) for s, n in enumerate(counts)]  # (first layer, layers)
     if ask.backend == "uva":
-        tower = 0.0 if ask.experts_only else tower_gib
         return Offload("uva", ask.experts_only, tuple(
-            StageOffload(n, round(min(ask.gib_per_gpu or 0.0,
-                                      sum(sizes[f:f + n]) + (tower if s == 0 else 0.0)), 3))
+            _uva_stage(ask.gib_per_gpu or 0.0, sizes[f:f + n],
+                       0.0 if ask.experts_only or s else tower_gib)
             for s, (f, n) in enumerate(spans)))
     step = ask.prefetch_step or 1
     if ask.group_size is not None:
@@ -118,6 +118,16 @@ def offload_of(ask: OffloadAsk, model: ModelSpec, shape: Shape, tower_gib: float
     else:
         groups = _pick_groups(ask.gib_per_gpu or 0.0, sizes, spans)
     return _prefetch(ask.experts_only, model, shape, sizes, spans, groups, step)
+
+
+def _uva_stage(asked: float, sizes: list[float], tower_gib: float) -> StageOffload:
+    """UVA on one stage: whole parameters in construction order up to `asked` GiB, the vision
+    tower's first (vLLM builds it before the language model: models/qwen3_vl_moe.py l.255 and
+    l.284, kimi_k25.py l.349 and l.375, each wrapped as it is built, interfaces.py l.400-407),
+    then the decoder layers'."""
+    tower = min(asked, tower_gib)
+    layers = min(asked - tower, sum(sizes))
+    return StageOffload(len(sizes), round(layers + tower, 3), tower_gib=round(tower, 3))
 
 
 def _offloadable(parts: tuple[float, float], experts_only: bool) -> float:

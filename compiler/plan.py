@@ -235,15 +235,18 @@ class KvPool(Frozen):
     total_gib: float
 
 
-class RouteGroup(Frozen):
+class RouteGroup(OmitsOptional):
     """One router's share of the plan (compiler.routes): the NVLink domains whose instances
-    it pairs, the share of its hand-offs that cross domains (over the NICs), and the
-    requests/s the prediction gives it (the traffic split over the routers)."""
+    it pairs (only those of `trays` where it is a part of a group split by tray), the share of
+    its hand-offs that cross domains (over the NICs), and the requests/s the prediction gives
+    it (the traffic split over the routers)."""
 
-    name: str  # an NVLink domain's id (its own group), or "shared"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("trays",)
+    name: str  # an NVLink domain's id (its own group), "shared", or `<group>-<k>` (a part)
     domains: list[str]
     cross_domain_share: float
     requests_per_s: float = 0.0
+    trays: list[str] = []  # a part of a group split by tray: the trays its instances start on
 
 
 class Routing(OmitsOptional):
@@ -255,9 +258,11 @@ class Routing(OmitsOptional):
     # fleet: one per fleet group, `Plan.mixed`)
     groups: list[RouteGroup] = []
 
-    def group_of(self, domain: str) -> str | None:
-        """The routing group that serves an NVLink domain's instances (None: no groups)."""
-        return next((g.name for g in self.groups if domain in g.domains), None)
+    def group_of(self, domain: str, tray: str) -> str | None:
+        """The routing group that serves the instances whose first GPU is on `tray`, of NVLink
+        domain `domain` (None: no groups)."""
+        return next((g.name for g in self.groups
+                     if (tray in g.trays if g.trays else domain in g.domains)), None)
 
 
 class PhaseSolve(Frozen):
@@ -371,6 +376,11 @@ class Name(Frozen):
     source: str
 
 
+class Count(Frozen):
+    value: int
+    source: str
+
+
 class Env(Frozen):
     value: dict[str, str]
     source: str
@@ -395,7 +405,8 @@ class EngineFacts(OmitsOptional):
     set when the plan is made, so that validate reads the plan, never the catalog."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("moe_backends", "moe_batched", "pd_connectors",
-                                           "connector_wrappers", "hybrid_block")
+                                           "connector_wrappers", "hybrid_block",
+                                           "graph_components")
     kernel_block_sizes: dict[str, Sizes]  # attention backend -> its KV page sizes
     moe_backends: Names | None = None  # the --moe-backend names that load the plan's expert
     # format (None: a dense model, or the release names none for it)
@@ -407,6 +418,7 @@ class EngineFacts(OmitsOptional):
     connector_wrappers: Names | None = None  # Dynamo resolves them to one P/D member
     hybrid_block: HybridBlock | None = None  # what the release raises the block to (a hybrid
     # model's; None: no linear-attention state)
+    graph_components: Count | None = None  # Dynamo: components one graph holds at most
 
 
 class EngineRun(OmitsOptional):
@@ -816,7 +828,7 @@ class Plan(Frozen):
     def route_of_tray(self, tray: Tray) -> str | None:
         """The router that serves the instances of a tray (see `routes`)."""
         if self.routing.groups:
-            return self.routing.group_of(tray.nvlink_domain)
+            return self.routing.group_of(tray.nvlink_domain, tray.id)
         return self._group_by_tray[tray.id].name if self.mixed else None
 
     def hardware_of(self, tray_id: str) -> Hardware:

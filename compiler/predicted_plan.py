@@ -62,8 +62,7 @@ def _route_rates(inputs: Inputs, plan: Plan, available: int) -> Routing:
     rates: dict[RouteLayout, float] = {}
     out = []
     for group in plan.routing.groups:
-        mine = [i for i in plan.instances if plan.tray(i.trays[0]).nvlink_domain
-                in group.domains]
+        mine = [i for i in plan.instances if plan.route_of(i) == group.name]
         key = RouteLayout(tuple(instance_layouts(mine)), group.cross_domain_share)
         if key not in rates:
             rates[key] = goodput(inputs, [key], available)

@@ -21,12 +21,21 @@ where its router serves one domain, and the rule is:
   from the running plan: the solver never places its own so): one group for every instance,
   each hand-off priced as crossing.
 
+A router's group is one Dynamo graph, which holds at most `graph.max_components` components
+(catalog/engines/dynamo.yaml), its frontend and one per instance: a group of more instances is
+dealt into the fewest parts that each hold at most that many and every role the group holds
+(`parts`), each served by its own frontend: whole NVLink domains where they can be dealt so,
+else trays (a part's hand-offs cross domains as its group's do); domains or trays of one
+content go round the parts in turn, so the parts are alike. A group no dealing can split (one
+tray too full, one role on too few trays) stays whole, and `rackc validate`'s
+graph-components (E842) refuses its graph.
+
 The count model chooses rack patterns by this rule (compiler/solve/locality.py), lower records
 the groups (`routing.groups`), the prediction prices each (compiler/perf/routed.py) and the
 targets serve each by its own frontend or router.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +62,7 @@ class Route:
     name: str
     domains: tuple[str, ...]  # NVLink domains, in order
     cross: float  # share of its hand-offs whose prefill and decode sit in different domains
+    trays: tuple[str, ...] = ()  # a part of a split domain: only these trays' instances
 
 
 def nvlink_domains(inputs: Inputs) -> int:
@@ -88,34 +98,96 @@ def routes(inputs: Inputs, roles: Mapping[str, set[str]]) -> list[Route]:
     return own + ([Route(SHARED, rest, 1.0)] if rest else [])
 
 
-def route_layouts(inputs: Inputs, by_dom: Mapping[str, list[InstanceKey]]
+def graph_instances(inputs: Inputs) -> int:
+    """The instances one router's graph serves at most: its components less the frontend."""
+    return inputs.resolved.engines.dynamo.graph.max_components.value - 1
+
+
+Unit = tuple[str, str]  # (NVLink domain, tray): the instances whose first GPU is on the tray
+
+
+def _roles(keys: Iterable[InstanceKey]) -> set[str]:
+    return {k[0] for k in keys}
+
+
+def members(r: Route, units: Mapping[Unit, list[InstanceKey]]) -> list[InstanceKey]:
+    """The instances a group serves: those of its domains, or of its trays where it is a part
+    of a split domain."""
+    return [k for (d, t), keys in units.items()
+            if d in r.domains and (not r.trays or t in r.trays) for k in keys]
+
+
+def _deal(order: list, size: Callable[[object], list[InstanceKey]], count: int, most: int,
+          roles: set[str]) -> list[list] | None:
+    """`order` dealt in turn into the fewest parts that each hold at most `most` instances and
+    every one of `roles` (None: no number of parts does)."""
+    for k in range(-(-count // most), len(order) + 1):
+        dealt = [order[j::k] for j in range(k)]
+        if all(sum(len(size(x)) for x in part) <= most
+               and _roles(key for x in part for key in size(x)) == roles for part in dealt):
+            return dealt
+    return None
+
+
+def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int) -> list[Route]:
+    """`r` as the fewest groups that each hold at most `most` instances and every role `r`
+    holds, named `<name>-<k>`: of whole domains where they can be dealt so, else of trays;
+    `r` itself where it fits or cannot be split. Alike domains (trays) are next to each other
+    in the order dealt, so that the parts are alike."""
+    mine = {u: keys for u, keys in units.items() if u[0] in r.domains}
+    count = sum(len(keys) for keys in mine.values())
+    if count <= most:
+        return [r]
+    roles = _roles(k for keys in mine.values() for k in keys)
+    by_dom: dict[str, list[InstanceKey]] = {}
+    for (d, _), keys in mine.items():
+        by_dom.setdefault(d, []).extend(keys)
+    order = sorted(by_dom, key=lambda d: (sorted(by_dom[d]), natural(d)))
+    dealt = _deal(order, by_dom.__getitem__, count, most, roles)
+    if dealt is not None:
+        return [Route(f"{r.name}-{j + 1}", tuple(sorted(part, key=natural)), r.cross)
+                for j, part in enumerate(dealt)]
+    trays = sorted(mine, key=lambda u: (sorted(mine[u]), natural(u[0]), natural(u[1])))
+    dealt = _deal(trays, mine.__getitem__, count, most, roles)
+    if dealt is None:
+        return [r]
+    return [Route(f"{r.name}-{j + 1}", tuple(sorted({d for d, _ in part}, key=natural)), r.cross,
+                  tuple(sorted((t for _, t in part), key=natural)))
+            for j, part in enumerate(dealt)]
+
+
+def route_layouts(inputs: Inputs, units: Mapping[Unit, list[InstanceKey]]
                   ) -> tuple[list[Route], list["RouteLayout"]]:
-    """The groups of a layout given per NVLink domain, and what each serves for the perf
-    model (identical groups once, counted)."""
+    """The groups of a layout given per tray, and what each serves for the perf model
+    (identical groups once, counted)."""
     from compiler.perf.predict import grouped_layouts
     from compiler.perf.routed import RouteLayout
 
-    found = routes(inputs, {d: {k[0] for k in keys} for d, keys in by_dom.items()})
+    roles: dict[str, set[str]] = {}
+    for (d, _), keys in units.items():
+        roles.setdefault(d, set()).update(_roles(keys))
+    most = graph_instances(inputs)
+    found = [part for r in routes(inputs, roles) for part in parts(r, units, most)]
     counts: dict[RouteLayout, int] = {}
     for r in found:
-        layouts = tuple(grouped_layouts(k for d in r.domains for k in by_dom[d]))
-        key = RouteLayout(layouts, r.cross)
+        key = RouteLayout(tuple(grouped_layouts(members(r, units))), r.cross)
         counts[key] = counts.get(key, 0) + 1
     return found, [RouteLayout(k.layouts, k.cross, n) for k, n in counts.items()]
 
 
-def of_instances(inputs: Inputs, placed: Iterable[tuple[str, InstanceKey]]
+def of_instances(inputs: Inputs, placed: Iterable[tuple[str, str, InstanceKey]]
                  ) -> tuple[list[Route], list["RouteLayout"]]:
-    """route_layouts of instances given with their NVLink domain (their first GPU's)."""
-    by_dom: dict[str, list[InstanceKey]] = {}
-    for domain, key in placed:
-        by_dom.setdefault(domain, []).append(key)
-    return route_layouts(inputs, {d: by_dom[d] for d in sorted(by_dom, key=natural)})
+    """route_layouts of instances given with the NVLink domain and tray of their first GPU."""
+    units: dict[Unit, list[InstanceKey]] = {}
+    for domain, tray, key in placed:
+        units.setdefault((domain, tray), []).append(key)
+    return route_layouts(inputs, {u: units[u] for u in
+                                  sorted(units, key=lambda u: (natural(u[0]), natural(u[1])))})
 
 
 def of_plan(inputs: Inputs, plan: "Plan") -> tuple[list[Route], list["RouteLayout"]]:
     """The routing groups of a one-system plan's instances."""
-    return of_instances(inputs, ((plan.tray(i.trays[0]).nvlink_domain,
+    return of_instances(inputs, ((plan.tray(i.trays[0]).nvlink_domain, i.trays[0],
                                   (i.role, i.shape, i.max_batch, i.max_batched_tokens))
                                  for i in plan.instances))
 
@@ -133,10 +205,9 @@ def decision(found: list[Route]) -> "Decision":
     """Why the plan has several routers (`routing.groups`)."""
     from compiler.plan import Decision
 
-    own = [r.name for r in found if r.name != SHARED]
-    shared = next((r for r in found if r.name == SHARED), None)
-    value = f"{len(found)} groups: " + ", ".join(own) + (
-        f"{', ' if own else ''}{SHARED} ({len(shared.domains)} domains)" if shared else "")
+    value = f"{len(found)} groups: " + ", ".join(
+        r.name + (f" ({len(r.domains)} domains)" if len(r.domains) > 1 else "") for r in found)
+    split = any(r.name not in r.domains and r.name not in (SHARED, ALL) for r in found)
     return Decision(
         path="routing.groups", value=value, source="rule:routing-groups",
         why="Dynamo 1.6.1's KV router and vllm-router pick a request's prefill and its decode "
@@ -147,5 +218,9 @@ def decision(found: list[Route]) -> "Decision":
             "and decode is served by its own frontend and router (its hand-offs stay on "
             "NVLink), and the domains that hold one role by one shared group, whose hand-offs "
             "cross domains over the NICs; the solver priced each group so "
-            "(compiler/solve/locality.py)")
+            "(compiler/solve/locality.py)" + (
+                "; a group of more instances than one Dynamo graph holds (its components, "
+                "frontend included, at most catalog/engines/dynamo.yaml graph.max_components) "
+                "is dealt by domain into the fewest parts that each hold every role it holds, "
+                "each part its own graph and frontend" if split else ""))
 

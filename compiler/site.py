@@ -20,6 +20,7 @@ from compiler import arch, catalog
 from compiler.catalog.engine import Engines, Vllm
 from compiler.host_memory import engram_share_gib, ranks_on
 from compiler.plan import (
+    Count,
     Decision,
     EngineFacts,
     EngineRun,
@@ -95,7 +96,7 @@ def dynamo_refusal(engines: Engines, instances: list[Instance]) -> str | None:
     return None
 
 
-def _fact(kind: type[Sizes | Names | Name | Env], fact: Any) -> Any:
+def _fact(kind: type[Sizes | Names | Name | Env | Count], fact: Any) -> Any:
     return kind(value=fact.value, source=fact.source)
 
 
@@ -119,7 +120,8 @@ def engine_facts(engines: Engines, version: str, expert_format: str | None, dyna
         pipelined_connector=_fact(Name, run.kv_connectors.disaggregated_pipelined),
         pd_connectors=_fact(Names, worker.kv_connector_protocols) if dynamo else None,
         connector_wrappers=_fact(Names, worker.multi_connector_wrappers) if dynamo else None,
-        hybrid_block=hybrid(run))
+        hybrid_block=hybrid(run),
+        graph_components=_fact(Count, engines.dynamo.graph.max_components) if dynamo else None)
 
 
 def engine_runs(engines: Engines, images: spec.Images, vllm_version: str,

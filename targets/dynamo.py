@@ -84,11 +84,18 @@ TOKENIZER_CACHE = "tokenizer-cache"
 def frontend_component(plan: Plan) -> dict:
     """The HTTP frontend and KV router; its probes are the operator's (/live, /health on the
     http port, component_frontend.go). It fetches the tokenizer into an emptyDir of its own
-    (restricted: no hostPath, no root-owned cache to write)."""
+    (restricted: no hostPath, no root-owned cache to write). It discovers the workers of its
+    own graph only: the operator gives it DYN_NAMESPACE_PREFIX=<its graph's Dynamo namespace>
+    (component_frontend.go), which the runtime matches as a plain string prefix unless
+    DYN_NAMESPACE_PREFIX_STRICT is set (lib/runtime namespace.rs NamespacePrefixMode: then the
+    prefix itself or `<prefix>-<worker generation>`), and `rackc-case-nvl1` is a prefix of
+    `rackc-case-nvl10`; the operator sets it only behind a feature gate, so it is set here, as
+    Dynamo's docs advise where the image has the strict mode (the 1.6.1 runtime reads it)."""
     container = V1Container(
         name="main", image=plan.site.images.dynamo, command=["python3", "-m", "dynamo.frontend"],
         args=frontend_args(plan),
-        env=[*_kube.env_vars({"HF_HOME": plan.site.model_cache.hf_home}),
+        env=[*_kube.env_vars({"HF_HOME": plan.site.model_cache.hf_home,
+                              "DYN_NAMESPACE_PREFIX_STRICT": "true"}),
              *_kube.secret_env(plan)],
         resources=_kube.requirements(plan, plan.site.frontend),
         security_context=_kube.security_context(plan, "frontend"),

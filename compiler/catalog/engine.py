@@ -159,6 +159,10 @@ class Router(_Strict):
     block_size_matches_worker: Fact[bool]
 
 
+class Graph(_Strict):
+    max_components: Fact[int]
+
+
 class RuntimeImage(_Strict):
     repository: Fact[str]
     vllm: Fact[str]
@@ -175,6 +179,7 @@ class Dynamo(_Strict):
     name: Literal["dynamo"]
     version: str
     router: Router
+    graph: Graph
     runtime_image: RuntimeImage
     worker: Worker
 

@@ -36,15 +36,17 @@ if TYPE_CHECKING:
 
 
 def offload_us(ctx: "PerfContext", shape: Shape, tokens: int, layers_us: float,
-               stage: int = 0) -> float:
+               stage: int = 0, vision: bool = False) -> float:
     """What the offloaded weights of pipeline stage `stage` add to a step of `tokens` tokens per
-    DP rank whose decoder layers compute for `layers_us`."""
+    DP rank whose decoder layers compute for `layers_us`; `vision`: the step runs the vision
+    tower (a prefill chunk with images), so its offloaded weights are read too."""
     off = ctx.offload
     if off is None:
         return 0.0
     held = off.stages[stage]
     if off.backend == "uva":
-        return uva_us(ctx.system, ctx.model, shape, held.host_gib, off.experts_only, tokens)
+        host_gib = held.host_gib if vision else held.host_gib - held.tower_gib
+        return uva_us(ctx.system, ctx.model, shape, host_gib, off.experts_only, tokens)
     rate = comm.host_link_bytes_per_us(ctx.system)
     return prefetch_wait_us(held, off.prefetch_step, layers_us / max(1, held.layers),
                             [gib * arch.GIB / rate for gib in held.layer_gib])

@@ -119,10 +119,11 @@ def _padded_rows(mean_milli: int, tile: int) -> float:
                             for j in range(first, last + 1))
         return tiles * tile
     hi = int(lam + SPAN_SIGMAS * math.sqrt(lam) + tile) + 1
-    log_lam = math.log(lam)
-    # E[ceil(X / tile)] over X ~ Poisson(lam)
-    tiles = sum(math.exp(k * log_lam - lam - math.lgamma(k + 1)) * math.ceil(k / tile)
-                for k in range(1, hi + 1))
+    # E[ceil(X / tile)] over X ~ Poisson(lam), the pmf by its recurrence p(k) = p(k-1) lam / k
+    term, tiles = math.exp(-lam), 0.0
+    for k in range(1, hi + 1):
+        term *= lam / k
+        tiles += term * -(-k // tile)
     return tiles * tile
 
 

@@ -665,8 +665,10 @@ def _vision(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int) -> None:
 def _offload(ctx: PerfContext, st: StepTime, shape: Shape, tokens: int, layers_us: float,
              stage: int = 0) -> None:
     """The offloaded weights' reads (UVA) or the waits for their copies (prefetch) of a step
-    whose decoder layers compute for `layers_us` (compiler.perf.offload)."""
-    us = offload.offload_us(ctx, shape, tokens, layers_us, stage)
+    whose decoder layers compute for `layers_us` (compiler.perf.offload); the vision tower's
+    only in a step that ran it (`_vision` added its time)."""
+    us = offload.offload_us(ctx, shape, tokens, layers_us, stage,
+                            vision=st.breakdown.get("vision", 0.0) > 0)
     if us:
         st.add("weight_offload", us)
 

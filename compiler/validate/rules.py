@@ -41,6 +41,9 @@ Rules and where their facts come from:
 - dynamo-connector: Dynamo's prefill handler resolves a P/D protocol per request from the
   worker's connector and raises for one it has none for (dynamo/vllm/kv_connector_protocols.py;
   the plan's site.engines.dynamo.facts.pd_connectors).
+- graph-components: a DynamoGraphDeployment lists at most 25 components (its CRD's
+  spec.components maxItems; site.engines.dynamo.facts.graph_components), or the API server
+  refuses it whole.
 - capabilities-effective, host-path-writable, pod-security, service-names, cpu-pods-arch,
   per-instance-placement, pd-within-group:
   compiler/validate/workloads.py says where each comes from.
@@ -59,7 +62,7 @@ Rules and where their facts come from:
   pipeline stages (the pull connector reads one stage). validate reads no catalog.
 
 One module past 500 lines on purpose: it is the registry of the rules (RULES), one function
-each, so that a code (E821-E839) and the check behind it are found in one file; the object
+each, so that a code (E821-E842) and the check behind it are found in one file; the object
 model they read is compiler/validate/pods.py and bundle.py.
 """
 
@@ -641,6 +644,30 @@ def dynamo_connector(ctx: Context) -> list[Finding]:
     return out
 
 
+def graph_components(ctx: Context) -> list[Finding]:
+    """A DynamoGraphDeployment holds at most the components its CRD admits
+    (site.engines.dynamo.facts.graph_components): a longer list is refused at `kubectl apply`,
+    and nothing of the graph deploys."""
+    most = ctx.plan.site.engines["dynamo"].facts.graph_components
+    out = []
+    for b in ctx.bundles:
+        for obj in b.objs:
+            if most is None or obj.doc.get("kind") != "DynamoGraphDeployment":
+                continue
+            components = (obj.doc.get("spec") or {}).get("components") or []
+            if len(components) > most.value:
+                name = (obj.doc.get("metadata") or {}).get("name")
+                out.append(Finding("graph-components", obj.file, obj.line_at("spec.components"),
+                                   f"DynamoGraphDeployment/{name} spec.components",
+                                   f"at most {most.value} components ({most.source})",
+                                   f"{len(components)}",
+                                   "serve fewer, larger instances per routing group: one "
+                                   "component is one instance, and a group that spans one "
+                                   "NVLink domain is not split into graphs "
+                                   "(compiler/routes.py)"))
+    return out
+
+
 def _pipelined_peers_push(engines: list[Engine], plan: Plan) -> list[Finding]:
     """Where a P/D engine of one bundle has pipeline stages, every NIXL engine there pushes
     (the connector of the release running it)."""
@@ -713,6 +740,7 @@ RULES: dict[str, str] = {  # rule -> diagnostic code
     "engine-matches-plan": "E839",
     "pool-matches-plan": "E840",
     "pd-within-group": "E841",
+    "graph-components": "E842",
 }
 _PLACEMENT = frozenset({"dra-channel-per-node", "node-gpus", "node-rdma-devices", "node-memory",
                         "host-ports-per-node"})
@@ -732,6 +760,7 @@ CHECKS: tuple[tuple[Callable[[Context], list[Finding]], frozenset[str]], ...] = 
     (workloads.service_names, frozenset({"service-names"})),
     (workloads.cpu_pods_arch, frozenset({"cpu-pods-arch"})),
     (dynamo_connector, frozenset({"dynamo-connector"})),
+    (graph_components, frozenset({"graph-components"})),
     (workloads.per_instance_placement, frozenset({"per-instance-placement"})),
     (workloads.pd_within_group, frozenset({"pd-within-group"})),
     (engine_plan.engine_matches_plan, frozenset({"engine-matches-plan"})),

@@ -5,6 +5,7 @@ examples; here the point is that the fleet's layout and figures do not drift unn
 import pytest
 
 from compiler.plan import Plan
+from targets import dynamo
 from tests.invariants import check_plan
 from tests.targets.fixtures import FLEET_EXAMPLES, compiled_plan
 from tests.targets.test_golden import GOLDEN, check_golden
@@ -38,3 +39,15 @@ def test_fleet_golden(case: str, update_goldens: bool):
     folder = GOLDEN / case / "summary"
     actual = {"summary/summary.txt": summary(plan)}
     check_golden(folder, actual, update_goldens)
+
+
+@pytest.mark.parametrize("case", FLEET_EXAMPLES)
+def test_fleet_graphs_fit_the_graph_crd(case: str):
+    """Every instance in a graph of its routing group, none of more components than the DGD
+    CRD admits (tests/conformance checks the graphs against the CRD itself)."""
+    plan = compiled_plan(case)
+    graphs = dynamo.graph_deployments(plan)
+    most = plan.site.engines["dynamo"].facts.graph_components.value
+    assert all(len(g["spec"]["components"]) <= most for g in graphs)
+    workers = [c for g in graphs for c in g["spec"]["components"] if c["type"] != "frontend"]
+    assert len(workers) == len(plan.instances)

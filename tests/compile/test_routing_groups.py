@@ -38,15 +38,20 @@ def _domain(plan, instance) -> str:
 
 
 def test_a_rack_that_holds_both_roles_is_its_own_routing_group(eight):
+    """The racks of one role share a router; there are 26 of their instances, more than one
+    Dynamo graph holds besides its frontend, and one rack holds every prefill, so the shared
+    group is dealt by tray into two parts that each hold both roles."""
     plan, _ = eight
     groups = plan.routing.groups
-    assert {g.name for g in groups} >= {"shared"} and len(groups) >= 2
+    assert {g.name for g in groups} >= {"shared-1", "shared-2"} and len(groups) >= 3
     for g in groups:
         roles = {d: {i.role for i in plan.instances if _domain(plan, i) == d} for d in g.domains}
-        if g.name == "shared":
+        if g.name.startswith("shared"):
             assert g.cross_domain_share == 1.0
             assert all(len(r) == 1 for r in roles.values())  # one role per rack
-            assert set().union(*roles.values()) == {"prefill", "decode"}
+            mine = [i for i in plan.instances if plan.route_of(i) == g.name]
+            assert {i.role for i in mine} == {"prefill", "decode"} and len(mine) <= 24
+            assert g.trays and {t for i in mine for t in i.trays} <= set(g.trays)
         else:
             assert g.domains == [g.name] and g.cross_domain_share == 0.0
             assert roles[g.name] == {"prefill", "decode"}

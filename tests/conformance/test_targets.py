@@ -10,7 +10,8 @@ import yaml
 
 from compiler import catalog
 from tests.targets import emitted
-from tests.targets.fixtures import ALL_CASES, POOL_CASES
+from targets import dynamo
+from tests.targets.fixtures import ALL_CASES, FLEET_EXAMPLES, POOL_CASES, compiled_plan
 
 from . import harness
 
@@ -155,6 +156,14 @@ def test_custom_resources_match_their_crds(case, folder):
     docs = [d for d in emitted.documents(files(case), folder) if emitted.is_custom(d)]
     assert docs
     assert [e for d in docs for e in harness.validate_custom(d)] == []
+
+
+@pytest.mark.parametrize("case", FLEET_EXAMPLES)
+def test_fleet_graphs_match_their_crd(case):
+    """The fleet examples' graphs only (their other targets repeat the small examples')."""
+    harness.require_crds()
+    graphs = dynamo.graph_deployments(compiled_plan(case))
+    assert [e for g in graphs for e in harness.validate_custom(g)] == []
 
 
 def write(out: dict[str, str], root: Path) -> None:

@@ -106,3 +106,35 @@ def test_a_long_prefill_chunk_hides_the_copies_a_decode_step_cannot(ctx):
     copies = sum(g * arch.GIB for g in pre.stages[0].layer_gib) \
         / comm.host_link_bytes_per_us(ctx.system)
     assert 0 < decode_step(c, DEP8, 64, 4096).breakdown["weight_offload"] <= copies + 1e-6
+
+
+def test_uva_offloads_the_vision_tower_first_and_reads_it_only_where_images_run(tmp_path):
+    """vLLM builds (and UVA wraps) Qwen3-VL's tower before its language model, so a budget
+    smaller than both takes the tower whole; the tower runs in prefill chunks with images and
+    never in decode steps, so only those read it over the host link."""
+    path = write_case(tmp_path, system="hgx-h200", model="qwen3-vl-235b-a22b", kind="Cluster",
+                      hardware={"nodes": 1},
+                      workload={"profile": "fixed", "images_per_request": 1,
+                                "tokens_per_image": 256})
+    tp8 = parse_shape("TP8")
+    inputs = load_inputs(path)
+    vision_gib = arch.params(inputs.model.spec).vision * arch.WEIGHT_BYTES["bf16"] / 8 / arch.GIB
+    assert vision_gib > 0.05
+    small = offload_of(OffloadAsk("uva", vision_gib / 2, False, None, None, None, ()),
+                       inputs.model.spec, tp8, vision_gib)
+    assert small.stages[0].tower_gib == pytest.approx(vision_gib / 2, abs=1e-3)
+    both = offload_of(OffloadAsk("uva", vision_gib + 1.0, False, None, None, None, ()),
+                      inputs.model.spec, tp8, vision_gib)
+    assert both.stages[0].tower_gib == pytest.approx(vision_gib, abs=1e-3)
+    assert both.host_gib == pytest.approx(vision_gib + 1.0, abs=1e-3)
+    c = replace(context(inputs, 8, "aggregated", tp8), offload=both)
+    text_only = replace(c, image_token_share=0.0)
+    one_gib_us = comm.transfer_us(c.system, arch.GIB, "c2c")
+    decode = decode_step(c, tp8, 64, 4096).breakdown["weight_offload"]
+    assert decode <= 1.0 * one_gib_us + 1e-6  # the decoder layers' GiB at most, no tower
+    with_images = prefill_step(c, tp8, 8192, 4096, 0).breakdown
+    without = prefill_step(text_only, tp8, 8192, 4096, 0).breakdown
+    assert with_images["vision"] > 0 and "vision" not in without
+    assert with_images["weight_offload"] == pytest.approx(
+        comm.transfer_us(c.system, (vision_gib + 1.0) * arch.GIB, "c2c"), rel=1e-3)
+    assert without["weight_offload"] == pytest.approx(one_gib_us, rel=1e-3)

@@ -584,6 +584,25 @@ def test_a_pipelined_prefill_and_its_peers_hand_kv_off_by_push():
     assert all(f.got == "NixlConnector" and "NixlPushConnector" in f.expected for f in found)
 
 
+# --- graph-components ------------------------------------------------------------------------
+
+def test_a_graph_of_more_components_than_its_crd_admits_is_named():
+    """26 components (the frontend and 25 copies of a worker under other names): the API server
+    refuses the whole graph (spec.components maxItems 25)."""
+    plan, files = compiled(HGX)
+    assert fired(plan, files, "graph-components") == []
+
+    def grow(dgd: dict) -> None:
+        worker = next(c for c in dgd["spec"]["components"] if c["type"] != "frontend")
+        others = [c for c in dgd["spec"]["components"] if c is not worker]
+        dgd["spec"]["components"] = others + [{**worker, "name": f"{worker['name']}-{k}"}
+                                              for k in range(26 - len(others))]
+    edit(files, DGD, "DynamoGraphDeployment", "", grow)
+    [f] = fired(plan, files, "graph-components")
+    assert f.got == "26" and "at most 25" in f.expected and "maxItems" in f.expected
+    assert plan.site.engines["dynamo"].facts.graph_components.value == 25
+
+
 # --- the registry ---------------------------------------------------------------------------
 
 def test_every_rule_has_a_code_and_a_check():
