@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.load import Inputs
+from compiler.perf.predict import operating_workload
 from compiler.perf.predict import workload as plan_workload
 from compiler.perf.serving import Workload
 from compiler.plan import Plan
@@ -24,8 +25,9 @@ COMPILE_SEED = 0
 
 @dataclass(frozen=True)
 class Options:
-    profile: str | None = None  # None: closed loop at the workload's concurrency, or Poisson
-    # at the plan's predicted rate when the deployment states none (throughput mode)
+    profile: str | None = None  # None: the closed form's: a closed loop at the workload's
+    # concurrency where its operating point keeps one (latency mode, or a stated concurrency),
+    # else Poisson at the plan's predicted rate (compiler.perf.predict.operating_workload)
     trace: Path | None = None
     trace_name: str = ""
     trace_block_size: int = TRACE_BLOCK_SIZE  # tokens per hash block of the trace's hash_ids
@@ -70,9 +72,8 @@ def requests_for(inputs: Inputs, plan: Plan, opts: Options,
     w = fleet_workload(fleet or (inputs,))
     profile = opts.profile
     if profile is None:
-        r = inputs.resolved
-        stated = r.stated_concurrency is not None or r.objective_mode.value != "throughput"
-        profile = "closed" if stated else "poisson"
+        closed = all(operating_workload(x).closed_loop for x in (fleet or (inputs,)))
+        profile = "closed" if closed else "poisson"
     rate = opts.rate_per_s
     if rate is None and plan.predicted is not None:
         rate = plan.predicted.requests_per_s

@@ -77,3 +77,25 @@ def test_a_run_shorter_than_its_turnovers_says_its_figures_hold_the_start_up():
     assert "still hold the start-up" in emit(short)["report/performance.md"]
     # the example's own compile-time run (1,500 requests at its planned rate) is one
     assert start_up(base.predicted) is not None
+
+
+def test_the_run_beside_the_closed_form_loads_the_plan_as_the_closed_form_does(tmp_path):
+    """A pinned layout with no stated concurrency: the closed form admits unbounded demand at
+    its goodput, so the simulation sends Poisson arrivals at that rate (not the profile's 64
+    clients, which left the batch half the closed form's and TPOT 37% short); a stated
+    concurrency is a closed loop of that many clients in both."""
+    from compiler.load import load_inputs
+    from compiler.simulate.runner import Options, requests_for
+    from tests.builders import write_case
+
+    pins = {"mode": "pinned", "instances": [{"role": "aggregated", "shape": "TP1", "count": 1}]}
+    for stated, closed in ((None, False), (48, True)):
+        work = {"profile": "fixed", **({"concurrency": stated} if stated else {})}
+        path = write_case(tmp_path / str(stated), system="hgx-h200", model="qwen3-32b",
+                          kind="Cluster", hardware={"nodes": 1}, objective=pins, workload=work)
+        inputs = load_inputs(path)
+        plan = Plan.model_construct(serving=EXAMPLE_CASES[CASE]().serving, predicted=None)
+        reqs = requests_for(inputs, plan, Options(requests=200, rate_per_s=5.0))
+        assert bool((reqs.client >= 0).all()) is closed
+        if closed:
+            assert int(reqs.client.max()) + 1 == stated
