@@ -28,7 +28,9 @@ def main() -> int:
         from compiler.cli import main as run
     except KeyboardInterrupt as exc:  # while the CLI's modules were being imported
         return _interrupted(exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130)
-    except ImportError:  # an extension's init cut by the handler reports it as ImportError
+    except Exception:  # a library that ran Python code when the handler raised reports the
+        # interrupt as its own error: an extension's init as ImportError (OR-Tools' pybind11),
+        # pydantic-core's schema build of a model at import as SchemaError
         signum = interrupts.received()
         if signum is None:
             raise

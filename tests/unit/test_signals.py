@@ -181,3 +181,33 @@ def test_an_interrupt_a_finalizer_swallows_still_stops_the_command(capsys):
         sys.unraisablehook = hook
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def test_an_interrupt_a_library_reports_while_the_cli_is_imported_exits_as_the_interrupt(
+        monkeypatch, capsys):
+    """SIGTERM while pydantic-core builds a model's validator at import: the handler's exception
+    comes out as SchemaError (fuzz_commands.py, 2 of 104 signal cases): exit 143 and no
+    traceback, as for any error of the import that follows a received signal; without a signal
+    the error is raised (a bug)."""
+    import types
+
+    from compiler import __main__ as entry
+    from compiler import interrupts
+
+    class Cut(types.ModuleType):
+        def __getattr__(self, name):
+            raise RuntimeError('Error building "model" validator: Interrupted: SIGTERM')
+
+    monkeypatch.setitem(sys.modules, "compiler.cli", Cut("compiler.cli"))
+    try:
+        monkeypatch.setattr(interrupts, "_received", [signal.SIGTERM])
+        assert entry.main() == 143
+        assert "interrupted" in capsys.readouterr().err
+        monkeypatch.setattr(interrupts, "_received", [])
+        with pytest.raises(RuntimeError):
+            entry.main()
+    finally:
+        for signum in interrupts.SIGNALS:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                          else signal.SIG_DFL)
+        sys.unraisablehook = sys.__unraisablehook__
