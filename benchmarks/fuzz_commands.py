@@ -22,7 +22,7 @@ In-process cases run the CLI's own `main` in `--workers` processes; signal and c
 cases run `python -m compiler` in subprocesses. Stops after `--cases` or `--budget` seconds.
 
 Usage: python benchmarks/fuzz_commands.py [--cases 10000] [--seed 0] [--workers 2]
-           [--budget SECONDS] [--timeout 120] [--compile-every 400]
+           [--budget SECONDS] [--timeout 120] [--compile-every 400] [--only signal,...]
 Exit 1 when any case failed its oracle; the failures are listed with their case number.
 """
 
@@ -457,7 +457,15 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a case hangs")
     ap.add_argument("--compile-every", type=int, default=400)
+    ap.add_argument("--only", default="", help="comma-separated families to draw from "
+                    f"(default all: {', '.join(f for f, _ in FAMILIES)})")
     args = ap.parse_args()
+    if args.only:  # before the workers fork: family_of reads it there
+        global FAMILIES
+        wanted = set(args.only.split(","))
+        if not wanted <= {f for f, _ in FAMILIES}:
+            ap.error(f"--only: unknown families {sorted(wanted - {f for f, _ in FAMILIES})}")
+        FAMILIES = tuple((f, w) for f, w in FAMILIES if f in wanted)
     for var in THREAD_VARS:  # before a worker imports numpy: no BLAS thread pool per worker
         os.environ.setdefault(var, "1")
     with tempfile.TemporaryDirectory(prefix="rackc-fuzz-setup-") as scratch:
