@@ -450,6 +450,7 @@ def setup(scratch: Path, timeout: float) -> dict:
 
 
 def main() -> int:
+    global FAMILIES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=0)
@@ -461,7 +462,6 @@ def main() -> int:
                     f"(default all: {', '.join(f for f, _ in FAMILIES)})")
     args = ap.parse_args()
     if args.only:  # before the workers fork: family_of reads it there
-        global FAMILIES
         wanted = set(args.only.split(","))
         if not wanted <= {f for f, _ in FAMILIES}:
             ap.error(f"--only: unknown families {sorted(wanted - {f for f, _ in FAMILIES})}")
