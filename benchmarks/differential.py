@@ -41,7 +41,8 @@ FLAG = 0.15  # differences beyond this are listed (and explained in benchmarks/R
 
 # rackc system -> AIConfigurator system
 SYSTEMS = {"h100": ("hgx-h100", "h100_sxm"), "h200": ("hgx-h200", "h200_sxm"),
-           "b200": ("hgx-b200", "b200_sxm"), "gb200": ("gb200-nvl72", "gb200")}
+           "b200": ("hgx-b200", "b200_sxm"), "b300": ("hgx-b300", "b300_sxm"),
+           "gb200": ("gb200-nvl72", "gb200")}
 # rackc model (catalog name or benchmarks/ file) -> (AIConfigurator model path, gemm quant,
 # moe quant, the shapes of the grid: name -> (tp, attention dp, moe tp, moe ep))
 MODELS = {

@@ -171,8 +171,9 @@ CHOICES = [["fixed", "chat", "agentx"], ["throughput", "latency", "pinned"],
            ["dspark", "mtp", "eagle3"], ["fp8", "bf16", "fp4"], ["hbm", "dram"],
            ["kv", "round-robin", "random"], ["mla", "gqa", "mha"], ["prefill", "decode"],
            ["vera-rubin-nvl72", "gb300-nvl72", "gb200-nvl72", "hgx-h200", "hgx-b200",
-            "hgx-h100"], ["deepseek-v3", "deepseek-v4.1-flash", "qwen3-30b-a3b", "llama-3.1-70b",
-                          "gpt-oss-120b", "kimi-k2", "glm-4.5"]]
+            "hgx-b300", "hgx-h100"],
+           ["deepseek-v3", "deepseek-v4.1-flash", "qwen3-30b-a3b", "llama-3.1-70b",
+            "gpt-oss-120b", "kimi-k2", "glm-4.5"]]
 
 
 def plausible(rng: random.Random, doc: dict, ctx: dict) -> str:

@@ -60,7 +60,7 @@ NOTICE = ("Contains data from NVIDIA AIConfigurator (aiconfigurator-core), Copyr
           "by rackc calibrate --from-aiconfigurator")
 # rackc catalog system -> AIConfigurator's system folder
 SYSTEMS = {"hgx-h100": "h100_sxm", "hgx-h200": "h200_sxm", "hgx-b200": "b200_sxm",
-           "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}
+           "hgx-b300": "b300_sxm", "gb200-nvl72": "gb200", "gb300-nvl72": "gb300"}
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 MAX_POINTS = 600  # per (op, dtype)
 MLA_LATENT_DIM = 576  # DeepSeek-V3: kv_lora_rank 512 + qk_rope_head_dim 64

@@ -22,7 +22,7 @@ from tests.invariants import check_plan
 # trays per rack (HGX: nodes) drawn for `rackc check`, and for compiles, whose exit 3 the
 # brute-force count oracle checks (it enumerates every count vector: small racks only)
 SYSTEMS = {"vera-rubin-nvl72": 18, "gb300-nvl72": 18, "gb200-nvl72": 18, "hgx-h200": 4,
-           "hgx-b200": 4}
+           "hgx-b200": 4, "hgx-b300": 4}
 SMALL = {system: 2 if system.startswith("hgx") else 3 for system in SYSTEMS}
 MODELS = ["qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b", "llama-3.1-70b",
           "deepseek-v4.1-flash", "glm-4.5"]

@@ -60,7 +60,7 @@ def test_total_and_active_parameters(model: str):
 
 def test_catalog_has_what_the_issue_lists():
     assert set(catalog.system_names()) >= {"vera-rubin-nvl72", "gb300-nvl72", "gb200-nvl72",
-                                           "hgx-h200", "hgx-b200"}
+                                           "hgx-h200", "hgx-b200", "hgx-b300"}
     assert set(catalog.model_names()) >= {
         "deepseek-v4.1-flash", "deepseek-v3", "deepseek-r1", "deepseek-v3.2", "kimi-k2",
         "qwen3-235b-a22b", "qwen3-30b-a3b", "glm-4.5", "llama-3.1-70b", "gpt-oss-120b",

@@ -38,6 +38,7 @@ def _graph(tmp_path: Path, system: str, kind: str = "Rack", extra: str = ""):
     ("gb200-nvl72", 72, 18, 72, 1),
     ("hgx-h200", 8, 1, 8, 1),
     ("hgx-b200", 8, 1, 8, 1),
+    ("hgx-b300", 8, 1, 8, 1),
 ])
 def test_graph_shape_per_system(tmp_path: Path, system, gpus, trays, domains, nvl):
     g = _graph(tmp_path, system)
