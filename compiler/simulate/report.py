@@ -51,7 +51,7 @@ def summarise(out: Outcome, w: Requests, slo: dict[str, float], gpus: int) -> di
         tpot = np.where(w.osl > 1, (out.done_us - out.first_us) / np.maximum(w.osl - 1, 1)
                         / 1e3, np.nan)
         rate = 1e3 / tpot
-    t0, t1 = _span(out, e2e, win, lo, hi)
+    t0, t1 = _span(out, w, e2e, win, lo, hi)
     span_s = (t1 - t0) / 1e6
     in_span = ok & (out.done_us >= t0) & (out.done_us < t1)
     per_s = in_span.sum() / span_s if span_s > 0 else 0.0
@@ -88,13 +88,23 @@ def summarise(out: Outcome, w: Requests, slo: dict[str, float], gpus: int) -> di
     }
 
 
-def _span(out: Outcome, e2e: np.ndarray, win: np.ndarray, lo: int, hi: int
+def _span(out: Outcome, w: Requests, e2e: np.ndarray, win: np.ndarray, lo: int, hi: int
           ) -> tuple[float, float]:
-    """When the steady state's completions fall: its issue span, shifted by the median
-    latency (what was issued then finishes about that much later)."""
+    """When the steady state's completions fall: its issue span (from the `lo`-th to the
+    `hi`-th issue in time), shifted by the median latency (what was issued then finishes about
+    that much later). A closed loop holds all its clients in flight only until the first of
+    them has sent its last request and seen it done: the span ends there at the latest. (In a
+    closed loop request k * clients + c is client c's k-th, whose issue time spreads over
+    seconds as the clients' latencies add up, so no one request's time bounds the span.)"""
     lag = float(np.nanmedian(e2e[win])) * 1e3 if win.any() else 0.0
-    return (float(out.issued_us[lo]) + lag,
-            float(out.issued_us[min(hi, len(out.issued_us) - 1)]) + lag)
+    issued = np.sort(out.issued_us)
+    t0, t1 = float(issued[lo]) + lag, float(issued[min(hi, len(issued) - 1)]) + lag
+    if len(w.client) and (w.client >= 0).all():
+        done = np.where(out.lost == 0, out.done_us, np.inf)
+        last_done = np.full(int(w.client.max()) + 1, -np.inf)
+        np.maximum.at(last_done, w.client, done)
+        t1 = min(t1, float(last_done.min()))
+    return t0, t1
 
 
 def _round(x: float) -> float | None:
