@@ -10,7 +10,7 @@ groups, so the groups must agree on the block size and the KV cache dtype; each 
 by its own routers (its routing groups, compiler.routes: `Plan.routes`).
 """
 
-from compiler import routes
+from compiler import routes, site
 from compiler.ids import natural
 from compiler.load import Inputs
 from compiler.plan import (
@@ -72,8 +72,16 @@ def merge(fleet: tuple[Inputs, ...], plans: list[Plan]) -> Plan:
             # one timeout for every engine: the slowest group's cold start
             "model_cache": max((p.site.model_cache for p in plans),
                                key=lambda c: c.engine_ready_timeout_s),
-            "engines": _engines(plans)}),
+            "engines": _engines(plans),
+            **_security(plans)}),
     }})
+
+
+def _security(plans: list[Plan]) -> dict:
+    """Every kind of pod some group runs (an HGX group's engines register no RDMA memory where
+    an NVL72 group's do), and the namespace's level that admits them all."""
+    kinds = dict(sorted((k, v) for p in plans for k, v in p.site.security.items()))
+    return {"security": kinds, "pod_security_level": site.pod_security_level(kinds)}
 
 
 def _routing(fleet: tuple[Inputs, ...], plans: list[Plan], names: list[str]) -> Routing:

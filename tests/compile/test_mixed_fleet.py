@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api, catalog, cli, fleet
+from compiler import api, catalog, cli, fleet, site
 from compiler.ids import natural
 from schemas.diagnostics import CompileError
 from tests.invariants import check_plan
@@ -374,3 +374,42 @@ def test_a_fleet_beyond_the_gpus_of_64_racks_is_refused(tmp_path):
     (tmp_path / "cluster.yaml").write_text((tmp_path / "cluster.yaml").read_text()
                                            .replace("racks: 25", "racks: 24"))
     assert api.check(tmp_path / "deployment.yaml")["gpus"] == 64 * 72
+
+
+NVL72_AND_HGX = """\
+apiVersion: rackc.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: small
+spec:
+  groups:
+    - name: gba
+      system: gb200-nvl72
+      racks: 4
+      trays: 4
+    - name: hgx
+      system: hgx-b300
+      nodes: 1
+"""
+
+
+def test_every_groups_kind_of_pod_runs_as_its_security_says(tmp_path):
+    """GB200 racks whose engines register KV memory with their NICs beside an HGX node whose
+    engines do not: the fleet's site lists both kinds (the HGX pods' securityContext was a
+    KeyError, exit 70), and the namespace's level admits them all."""
+    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX)
+    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
+           "metadata": {"name": "small"},
+           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
+                    "workload": {"profile": "fixed"},
+                    "site": {"images": {"router": "vllm-router:0.1.17"}}}}
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+    result = api.compile(tmp_path / "deployment.yaml")
+    plan = result.plan
+    registers = {g: {p.resources.registers_memory for p in plan.site.pods
+                     if plan.instance(p.instance).group == g} for g in ("gba", "hgx")}
+    assert registers == {"gba": {True}, "hgx": {False}}  # P/D on the racks, aggregated on HGX
+    assert {"engine", "dynamo-engine", "engine-rdma", "dynamo-engine-rdma"} <= \
+        set(plan.site.security)
+    assert plan.site.pod_security_level == site.pod_security_level(plan.site.security)
+    assert any(p.startswith("dynamo/") for p in result.artifacts)
