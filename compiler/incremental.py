@@ -116,8 +116,8 @@ def check_kept(base: Plan, inputs: Inputs, pre, g) -> None:
 def kept(base: Plan, g) -> list[Kept]:
     """The old plan's instances whose GPUs are all still available."""
     up = set(graph.available_gpus(g))
-    return [Kept(i.id, i.role, parse_shape(i.shape), tuple(i.gpus)) for i in base.instances
-            if up.issuperset(i.gpus)]
+    return [Kept(i.id, i.role, parse_shape(i.shape), tuple(i.gpus), base.route_of(i))
+            for i in base.instances if up.issuperset(i.gpus)]
 
 
 def next_ids(base: Plan) -> dict[str, int]:
@@ -157,8 +157,14 @@ def changes(a: Plan, b: Plan) -> list[str]:
             f"{_where(y)} (batch {y.max_batch})" for x, y in same
             if (x.id, x.shape, x.max_batch, x.max_batched_tokens) !=
             (y.id, y.shape, y.max_batch, y.max_batched_tokens)]
+    # a kept instance whose router changes leaves one Dynamo graph for another: its pods
+    # restart under the other graph (compiler/routes.py keeps them where it can)
+    regrouped = [(x, y) for x, y in same if a.route_of(x) != b.route_of(y)]
+    out += [f"~ regroup {y.id}: routing group {a.route_of(x)} -> {b.route_of(y)} (its pods "
+            "restart in the other group's graph)" for x, y in regrouped]
     out.append(f"instances: {len(same)} keep their GPUs, {len(stopped)} stop, "
-               f"{len(started)} start, {len(moved)} move")
+               f"{len(started)} start, {len(moved)} move"
+               + (f", {len(regrouped)} change routing group" if regrouped else ""))
     sa = {(s.group, s.table, s.shard): s for s in a.engram_shards}
     sb = {(s.group, s.table, s.shard): s for s in b.engram_shards}
     kept_shards = sum(1 for k, s in sa.items() if sb.get(k) == s)

@@ -1,6 +1,7 @@
 """Pass 5: lower a solution to the canonical Plan IR (ids, memory map, Engram shards, pool)."""
 
 import functools
+from collections.abc import Iterable
 
 import networkx as nx
 
@@ -41,7 +42,7 @@ from compiler.solve import Solution
 from compiler.solve.memory_map import stage_domain_memory
 from compiler.solve.params import gap
 from compiler.solve.place import gpu_index
-from compiler.solve.problem import DECIMALS
+from compiler.solve.problem import DECIMALS, Kept
 
 
 def _hardware(inputs: Inputs, g: nx.Graph) -> Hardware:
@@ -279,7 +280,7 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     instances = deploy.with_rank_groups(hardware.trays, instances)
     host, trimmed = host_memory(inputs, instances)
     kv_pool = _pool(inputs, host, memory)
-    route_groups, routed = _route_groups(inputs, g, instances)
+    route_groups, routed = _route_groups(inputs, g, instances, sol.problem.kept)
     r, spec = inputs.resolved, inputs.model.spec
     block = r.block_for(i.tp for i in instances)
     dynamo_run = release_run(inputs, "dynamo", r.engines.dynamo.worker.vllm.value, instances)
@@ -314,13 +315,16 @@ def lower(inputs: Inputs, g: nx.Graph, sol: Solution) -> Plan:
     )
 
 
-def _route_groups(inputs: Inputs, g: nx.Graph, instances: list[Instance]
-                  ) -> tuple[list[RouteGroup], list[Decision]]:
+def _route_groups(inputs: Inputs, g: nx.Graph, instances: list[Instance],
+                  kept: Iterable[Kept] = ()) -> tuple[list[RouteGroup], list[Decision]]:
     """The routing groups (compiler.routes), where there are several (each served by its own
-    frontend and router), with the decision."""
+    frontend and router), with the decision; a recompile's kept instances stay in the part
+    (the Dynamo graph) that served them."""
+    previous = {(graph.nvlink_domain_of(g, k.gpus[0]), graph.tray_of_gpu(g, k.gpus[0])): k.route
+                for k in kept if k.route}
     found, _ = routes.of_instances(inputs, (
         (graph.nvlink_domain_of(g, i.gpus[0]), i.trays[0],
-         (i.role, i.shape, i.max_batch, i.max_batched_tokens)) for i in instances))
+         (i.role, i.shape, i.max_batch, i.max_batched_tokens)) for i in instances), previous)
     if len(found) < 2:
         return [], []
     spans: dict[str, set[str]] = {}  # first tray -> every tray of the instances starting there

@@ -813,6 +813,15 @@ class Plan(Frozen):
         return len(self.hardware.groups) > 1
 
     @property
+    def goodput(self) -> float:
+        """Requests/s at the SLO: what the routers sustain together where the plan has several
+        (a routing group dealt into parts to fit Dynamo's graphs can serve less than the one
+        pool the solver counted: compiler/routes.py `parts`), else the solver's goodput."""
+        if self.routing.groups:
+            return sum(g.requests_per_s for g in self.routing.groups)
+        return self.solver.objective
+
+    @property
     def routes(self) -> list[str] | None:
         """The routers that serve the plan, each its own frontend (targets.dynamo) and
         vllm-router (targets.lws): its routing groups (compiler.routes), else a mixed fleet's

@@ -184,7 +184,7 @@ def _mooncake_notices(plan: Plan) -> list[Notice]:
         "site", "k8s",
         "one Mooncake master (Recreate) holds the metadata of the whole pool "
         f"({plan.kv_pool.total_gib:g} GiB): a restart forgets every segment and object "
-        "until the clients remount, and the frontend runs one replica",
+        "until the clients remount, and each Dynamo graph's frontend runs one replica",
         "keep both off nodes that are drained while serving; the pool refills from "
         "prefill"))
     if site.rdma.transport == "rdma" and not site.rdma.hca_names:
@@ -241,10 +241,18 @@ def _cluster_notices(plan: Plan) -> list[Notice]:
 
 def _routes_notice(plan: Plan) -> Notice:
     """Several routers (`Plan.routes`): the site splits the traffic over their frontends."""
+    lost = ""
     if plan.routing.groups:
         rates = [(g.name, g.requests_per_s) for g in plan.routing.groups]
-        what = ("each routing group (an NVLink domain holding prefill and decode, and the "
-                "domains holding one role, together) has")
+        what = ("each routing group (compiler/routes.py: an NVLink domain holding prefill and "
+                "decode, the domains holding one role together, and a group of more instances "
+                "than one Dynamo graph holds dealt into parts `<group>-<k>`) has")
+        if plan.goodput < plan.solver.objective * (1 - 0.01):
+            lost = (f"; the parts sustain {plan.goodput:g} requests/s together, "
+                    f"{100 * (1 - plan.goodput / plan.solver.objective):.1f}% less than the "
+                    f"{plan.solver.objective:g} the solver counted for the group as one pool "
+                    "(a Dynamo graph holds at most 25 components, one per instance: fewer, "
+                    "larger instances keep it whole)")
     else:
         rates = [(g.name, g.predicted.requests_per_s) for g in plan.hardware.groups
                  if g.predicted]
@@ -255,6 +263,6 @@ def _routes_notice(plan: Plan) -> Notice:
         "cluster", "k8s",
         f"{what} its own Dynamo graph and frontend, and its own vllm-router in lws/ "
         "(`rackc explain PLAN routing.groups`): requests are routed within the group whose "
-        "frontend they reach",
-        f"split traffic over the groups' frontend Services in proportion to what each is "
-        f"predicted to sustain ({shares})")
+        f"frontend they reach{lost}",
+        f"split traffic over the graphs' frontend Services (`<graph>-frontend`) in proportion "
+        f"to what each is predicted to sustain ({shares})")

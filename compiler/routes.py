@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from compiler.ids import natural
 from compiler.load import Inputs, layout
+from compiler.shapes import parse_shape
 
 if TYPE_CHECKING:
     from compiler.perf.routed import RouteLayout
@@ -117,23 +118,75 @@ def members(r: Route, units: Mapping[Unit, list[InstanceKey]]) -> list[InstanceK
             if d in r.domains and (not r.trays or t in r.trays) for k in keys]
 
 
+def _gpus(keys: Iterable[InstanceKey]) -> dict[str, int]:
+    """GPUs per role: what a part's share of the group's supply of each role scales with."""
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k[0]] = out.get(k[0], 0) + parse_shape(k[1]).gpus
+    return out
+
+
 def _deal(order: list, size: Callable[[object], list[InstanceKey]], count: int, most: int,
-          roles: set[str]) -> list[list] | None:
-    """`order` dealt in turn into the fewest parts that each hold at most `most` instances and
-    every one of `roles` (None: no number of parts does)."""
-    for k in range(-(-count // most), len(order) + 1):
-        dealt = [order[j::k] for j in range(k)]
-        if all(sum(len(size(x)) for x in part) <= most
-               and _roles(key for x in part for key in size(x)) == roles for part in dealt):
-            return dealt
+          roles: set[str], fixed: Mapping[object, int]) -> list[list] | None:
+    """`order` dealt into the fewest parts that each hold at most `most` instances and every
+    one of `roles` (None: no number of parts does), so that the parts serve together as much
+    of the group as they can: a part serves the smallest of its shares of the group's GPUs of
+    each role (its supply of each scales with them). Those of `fixed` stay in their part (a
+    recompile's kept instances keep their graph); the others, largest first, each go to the
+    part whose served share they raise most (ties: the part that lacks most of what they
+    bring, then the first)."""
+    total = _gpus(key for x in order for key in size(x))
+    biggest = sorted(order, key=lambda x: (x not in fixed, -len(size(x))))  # stable
+
+    def served(have: dict[str, int]) -> float:
+        return min(have.get(r, 0) / total[r] for r in total)
+
+    first = max(-(-count // most), max(fixed.values(), default=-1) + 1)
+    for k in range(first, len(order) + 1):
+        dealt: list[list] = [[] for _ in range(k)]
+        held = [0] * k
+        have: list[dict[str, int]] = [{} for _ in range(k)]
+        for x in biggest:
+            brings = _gpus(size(x))
+            room = [j for j in range(k) if held[j] + len(size(x)) <= most]
+            if x in fixed:
+                room = [j for j in room if j == fixed[x]]
+            if not room:
+                break
+
+            def gain(j: int) -> tuple[float, float, int]:
+                after = {r: have[j].get(r, 0) + brings.get(r, 0) for r in total}
+                lacks = sum(n * (total[r] / k - have[j].get(r, 0)) for r, n in brings.items())
+                return served(after) - served(have[j]), lacks, -j
+            j = max(room, key=gain)
+            dealt[j].append(x)
+            held[j] += len(size(x))
+            for r, n in brings.items():
+                have[j][r] = have[j].get(r, 0) + n
+        else:
+            if all(_roles(key for x in part for key in size(x)) == roles for part in dealt):
+                return dealt
     return None
 
 
-def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int) -> list[Route]:
+def _part_of(name: str, previous: Iterable[str | None]) -> int | None:
+    """The one part `<name>-<k>` a unit's kept instances were served by (its index), if any."""
+    was = {p for p in previous if p is not None}
+    if len(was) != 1:
+        return None
+    (old,) = was
+    head, _, k = old.rpartition("-")
+    return int(k) - 1 if head == name and k.isdigit() and int(k) >= 1 else None
+
+
+def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int,
+          previous: Mapping[Unit, str] | None = None) -> list[Route]:
     """`r` as the fewest groups that each hold at most `most` instances and every role `r`
     holds, named `<name>-<k>`: of whole domains where they can be dealt so, else of trays;
     `r` itself where it fits or cannot be split. Alike domains (trays) are next to each other
-    in the order dealt, so that the parts are alike."""
+    in the order dealt, so that like parts get like ones. `previous`: the part that served a
+    tray's kept instances in the plan being recompiled, where they stay."""
+    previous = previous or {}
     mine = {u: keys for u, keys in units.items() if u[0] in r.domains}
     count = sum(len(keys) for keys in mine.values())
     if count <= most:
@@ -143,12 +196,17 @@ def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int) -> list[
     for (d, _), keys in mine.items():
         by_dom.setdefault(d, []).extend(keys)
     order = sorted(by_dom, key=lambda d: (sorted(by_dom[d]), natural(d)))
-    dealt = _deal(order, by_dom.__getitem__, count, most, roles)
-    if dealt is not None:
-        return [Route(f"{r.name}-{j + 1}", tuple(sorted(part, key=natural)), r.cross)
-                for j, part in enumerate(dealt)]
+    was = {d: _part_of(r.name, (previous.get(u) for u in mine if u[0] == d)) for d in order}
+    if all(was[d] is not None or not any(u in previous for u in mine if u[0] == d)
+           for d in order):  # no domain's kept instances were in two parts
+        dealt = _deal(order, by_dom.__getitem__, count, most, roles,
+                      {d: j for d, j in was.items() if j is not None})
+        if dealt is not None:
+            return [Route(f"{r.name}-{j + 1}", tuple(sorted(part, key=natural)), r.cross)
+                    for j, part in enumerate(dealt)]
     trays = sorted(mine, key=lambda u: (sorted(mine[u]), natural(u[0]), natural(u[1])))
-    dealt = _deal(trays, mine.__getitem__, count, most, roles)
+    fixed = {u: j for u in trays if (j := _part_of(r.name, [previous.get(u)])) is not None}
+    dealt = _deal(trays, mine.__getitem__, count, most, roles, fixed)
     if dealt is None:
         return [r]
     return [Route(f"{r.name}-{j + 1}", tuple(sorted({d for d, _ in part}, key=natural)), r.cross,
@@ -156,39 +214,55 @@ def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int) -> list[
             for j, part in enumerate(dealt)]
 
 
-def route_layouts(inputs: Inputs, units: Mapping[Unit, list[InstanceKey]]
+def route_layouts(inputs: Inputs, units: Mapping[Unit, list[InstanceKey]],
+                  previous: Mapping[Unit, str] | None = None
                   ) -> tuple[list[Route], list["RouteLayout"]]:
     """The groups of a layout given per tray, and what each serves for the perf model
-    (identical groups once, counted)."""
-    from compiler.perf.predict import grouped_layouts
-    from compiler.perf.routed import RouteLayout
-
+    (identical groups once, counted); `previous` as `parts` takes it."""
     roles: dict[str, set[str]] = {}
     for (d, _), keys in units.items():
         roles.setdefault(d, set()).update(_roles(keys))
     most = graph_instances(inputs)
-    found = [part for r in routes(inputs, roles) for part in parts(r, units, most)]
+    found = [part for r in routes(inputs, roles) for part in parts(r, units, most, previous)]
+    return found, _layouts(found, lambda r: members(r, units))
+
+
+def _layouts(found: list[Route], served: Callable[[Route], list[InstanceKey]]
+             ) -> list["RouteLayout"]:
+    from compiler.perf.predict import grouped_layouts
+    from compiler.perf.routed import RouteLayout
+
     counts: dict[RouteLayout, int] = {}
     for r in found:
-        key = RouteLayout(tuple(grouped_layouts(members(r, units))), r.cross)
+        key = RouteLayout(tuple(grouped_layouts(served(r))), r.cross)
         counts[key] = counts.get(key, 0) + 1
-    return found, [RouteLayout(k.layouts, k.cross, n) for k, n in counts.items()]
+    return [RouteLayout(k.layouts, k.cross, n) for k, n in counts.items()]
 
 
-def of_instances(inputs: Inputs, placed: Iterable[tuple[str, str, InstanceKey]]
+def of_instances(inputs: Inputs, placed: Iterable[tuple[str, str, InstanceKey]],
+                 previous: Mapping[Unit, str] | None = None
                  ) -> tuple[list[Route], list["RouteLayout"]]:
     """route_layouts of instances given with the NVLink domain and tray of their first GPU."""
     units: dict[Unit, list[InstanceKey]] = {}
     for domain, tray, key in placed:
         units.setdefault((domain, tray), []).append(key)
     return route_layouts(inputs, {u: units[u] for u in
-                                  sorted(units, key=lambda u: (natural(u[0]), natural(u[1])))})
+                                  sorted(units, key=lambda u: (natural(u[0]), natural(u[1])))},
+                         previous)
 
 
 def of_plan(inputs: Inputs, plan: "Plan") -> tuple[list[Route], list["RouteLayout"]]:
-    """The routing groups of a one-system plan's instances."""
-    return of_instances(inputs, ((plan.tray(i.trays[0]).nvlink_domain, i.trays[0],
-                                  (i.role, i.shape, i.max_batch, i.max_batched_tokens))
+    """The routing groups of a one-system plan's instances: those it records (lower dealt
+    them, a recompile keeping its kept instances' parts), else the rule's one group."""
+    def key(i) -> InstanceKey:
+        return i.role, i.shape, i.max_batch, i.max_batched_tokens
+
+    if plan.routing.groups:
+        found = [Route(g.name, tuple(g.domains), g.cross_domain_share, tuple(g.trays))
+                 for g in plan.routing.groups]
+        return found, _layouts(found, lambda r: [key(i) for i in plan.instances
+                                                 if plan.route_of(i) == r.name])
+    return of_instances(inputs, ((plan.tray(i.trays[0]).nvlink_domain, i.trays[0], key(i))
                                  for i in plan.instances))
 
 

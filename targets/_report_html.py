@@ -263,6 +263,6 @@ def index_html(plan: Plan) -> str:
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body><main>"
             f"<h1>{escape(title)}</h1><p class=\"summary\">{escape(plan.model.name)} on "
             f"{escape(plan.hardware.system)}: {gpus} GPUs in use, {len(plan.instances)} "
-            f"instances, goodput {plan.solver.objective:g} requests/s, "
+            f"instances, goodput {plan.goodput:g} requests/s, "
             f"{p.total_tokens_per_s_per_gpu:g} tokens/s per GPU.</p>"
             + "".join(sections) + "</main></body></html>\n")

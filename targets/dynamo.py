@@ -89,8 +89,10 @@ def frontend_component(plan: Plan) -> dict:
     (component_frontend.go), which the runtime matches as a plain string prefix unless
     DYN_NAMESPACE_PREFIX_STRICT is set (lib/runtime namespace.rs NamespacePrefixMode: then the
     prefix itself or `<prefix>-<worker generation>`), and `rackc-case-nvl1` is a prefix of
-    `rackc-case-nvl10`; the operator sets it only behind a feature gate, so it is set here, as
-    Dynamo's docs advise where the image has the strict mode (the 1.6.1 runtime reads it)."""
+    `rackc-case-nvl10`. The operator sets it itself behind its StrictNamespacePrefix gate,
+    from the runtime version it reads off the image tag (or runtimeVersionOverride); set here
+    for any image, as Dynamo's docs advise where the image has the strict mode (the 1.6.1
+    runtime reads it), and the template's env wins over the operator's (graph.go MergeEnvs)."""
     container = V1Container(
         name="main", image=plan.site.images.dynamo, command=["python3", "-m", "dynamo.frontend"],
         args=frontend_args(plan),

@@ -30,7 +30,7 @@ def performance_md(plan: Plan) -> str:
         f"# {plan.serving.name}: predicted performance",
         "",
         f"{plan.model.name} on {plan.hardware.system} ({gpus} GPUs in use), solver "
-        f"{plan.solver.status}, goodput {plan.solver.objective:g} requests/s.",
+        f"{plan.solver.status}, goodput {plan.goodput:g} requests/s.",
         "",
         *_assumed_model_lines(plan),
         "| metric | value |",

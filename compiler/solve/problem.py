@@ -66,6 +66,7 @@ class Kept:
     role: str
     shape: Shape
     gpus: tuple[str, ...]
+    route: str | None = None  # the routing group that served it (its Dynamo graph)
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,11 @@ def _add_rack(m: cp_model.CpModel, p: Problem, room: _Room, d: Domain,
               <= blocks(size))
     taken = sum(here[j] * items[j].gpus for j in own)
     for size, terms in room.sub.items():
-        terms.append(blocks(size) - taken)
+        # what its own instances leave of the blocks of `size`; never below none: GPUs they
+        # take outside such blocks (one beside a down GPU) leave the other racks' room as it was
+        left = m.new_int_var(0, len(d.trays) * per, f"left[{size},{d.id}]")
+        m.add_max_equality(left, [0, blocks(size) - taken])
+        terms.append(left)
     return here
 
 

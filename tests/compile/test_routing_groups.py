@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler import api
+from compiler import api, incremental
 from compiler.validate import rules
 from tests.builders import write_case
 
@@ -111,3 +111,38 @@ def test_racks_laid_out_alike_predict_alike_per_rack(tmp_path: Path):
     for key in ("ttft_ms_p50", "ttft_ms_p90", "tokens_per_s_per_user_p90",
                 "output_tokens_per_s_per_gpu", "prefill_utilisation"):
         assert getattr(p2, key) == pytest.approx(getattr(p1, key), rel=1e-3), key
+
+
+def test_a_group_split_to_fit_dynamos_graphs_says_what_the_split_costs(tmp_path: Path):
+    """Eight HGX B300 nodes of Qwen3-30B-A3B: 38 instances in the one group of HGX nodes, more
+    than one Dynamo graph holds, every prefill on two nodes. The parts serve less than the one
+    pool the solver counted: the plan's goodput is what they sustain together, and the warning
+    gives both figures (bundle review 12: the report's headline kept the solver's)."""
+    path = write_case(tmp_path, system="hgx-b300", kind="Cluster", hardware={"nodes": 8})
+    result = api.compile(path)
+    plan = result.plan
+    groups = plan.routing.groups
+    assert [g.name for g in groups] == ["all-1", "all-2"]
+    assert all(sum(plan.route_of(i) == g.name for i in plan.instances) <= 24 for g in groups)
+    assert plan.goodput == pytest.approx(sum(g.requests_per_s for g in groups))
+    assert plan.goodput < plan.solver.objective
+    [notice] = [n for n in plan.notices if n.path == "cluster"]
+    assert f"{plan.goodput:g}" in notice.problem and f"{plan.solver.objective:g}" in notice.problem
+    assert f"goodput {plan.goodput:g} requests/s" in result.artifacts["report/performance.md"]
+
+
+def test_a_recompile_keeps_each_kept_instance_in_its_graph(tmp_path: Path):
+    """Eight racks whose shared group is dealt into two parts; a tray fails: every instance
+    kept in place stays in the part (the Dynamo graph) that served it, since moving one would
+    restart it under the other graph (bundle review 12: 9 kept decode instances swapped
+    graphs while the diff said nothing moved)."""
+    path = _case(tmp_path, 8)
+    old = api.compile(path, only=()).plan
+    assert any(g.name == "shared-2" for g in old.routing.groups)
+    new = api.compile(path, only=(), base=old, unavailable="r5-t03").plan
+    kept = {i.id for i in old.instances} & {i.id for i in new.instances}
+    assert kept
+    by_id = {i.id: i for i in new.instances}
+    assert all(old.route_of(i) == new.route_of(by_id[i.id]) for i in old.instances
+               if i.id in kept)
+    assert not [line for line in incremental.changes(old, new) if "regroup" in line]

@@ -270,6 +270,13 @@ CASES = {
                                    [_tray("r0-t02", 3)],
                                    [("prefill", "TP4", 1), ("decode", "DEP2", 2)],
                                    ("decode", "DEP2", _tray("r0-t00", 0, 1))),
+    # a rack's own one-GPU prefill beside a down GPU and a kept pair takes no pair block: the
+    # fleet's room for pairs must not go below none for it (it did, and made the whole
+    # problem infeasible, naming the other rack's down tray; fresh-clone run, 2026-12-06)
+    "own instance outside the pair blocks": (3, 0, [("prefill", "TP1"), ("decode", "DEP2"),
+                                                    ("aggregated", "DEP2")],
+                                             [_tray("r1-t00", 0, 1, 2, 3), _tray("r0-t00", 0)],
+                                             (), ("decode", "DEP2", _tray("r0-t00", 2, 3))),
     # with the SLO kept, an aggregated shape that misses it stays unused
     "aggregated shape missing the SLO": (1, 2, [("aggregated", "DEP2"), ("aggregated", "TP1")],
                                          [], (), None),

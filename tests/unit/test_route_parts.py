@@ -4,6 +4,7 @@ into parts of at most 24 that each hold every role the group holds: whole NVLink
 they can be dealt so, else trays, and alike domains or trays go round the parts in turn."""
 
 from compiler.routes import Route, members, parts
+from compiler.shapes import parse_shape
 
 P = ("prefill", "DEP8", 1, 16384)
 D = ("decode", "DEP64", 256, 0)
@@ -56,3 +57,29 @@ def test_a_group_no_dealing_can_split_stays_whole():
     units = _units({"nvl0": [[P]], "nvl1": [[D]] * 30})
     r = Route("shared", ("nvl0", "nvl1"), 1.0)
     assert parts(r, units, 24) == [r]
+
+
+def _served(parts_, units) -> float:
+    """What the parts serve together, as shares of the group's GPUs of each role: each part
+    the smaller of its shares (its supply of a role scales with its GPUs of it)."""
+    def gpus(keys, role):
+        return sum(parse_shape(k[1]).gpus for k in keys if k[0] == role)
+    every = [k for keys in units.values() for k in keys]
+    return sum(min(gpus(members(p, units), r) / gpus(every, r) for r in ("prefill", "decode"))
+               for p in parts_)
+
+
+def test_parts_keep_what_the_group_serves_where_a_role_is_on_few_domains():
+    """Eight HGX nodes, every prefill on two of them (bundle review 12: dealt in turn, the parts
+    served 0.72 of the group, 870 of its 1,165 requests/s): each decode node goes where it
+    raises what the parts serve, so the node of eight prefill gets four decode nodes."""
+    tp1_p, tp1_d, dep2 = ("prefill", "TP1", 64, 16384), ("decode", "TP1", 64, 0), \
+        ("decode", "DEP2", 64, 0)
+    layout = {"nvl0": [[tp1_p] * 3 + [dep2] * 2 + [tp1_d]], "nvl1": [[tp1_p] * 8]}
+    layout |= {f"nvl{n}": [[dep2] * 4] for n in range(2, 8)}
+    units = _units(layout)
+    split = parts(Route("all", tuple(layout), 1.0), units, 24)
+    assert len(split) == 2 and all(len(members(p, units)) <= 24 for p in split)
+    assert _served(split, units) >= 0.85
+    with_eight = next(p for p in split if "nvl1" in p.domains)
+    assert len(members(with_eight, units)) == 24  # nvl1 and four decode nodes
