@@ -102,7 +102,28 @@ def _routing(fleet: tuple[Inputs, ...], plans: list[Plan], names: list[str]) -> 
                                       key=natural),
             cross_domain_share=found[0].cross,
             requests_per_s=plan.solver.objective))  # its goodput, as each routing group's
+    _check_route_names(fleet, groups, names)
     return first.model_copy(update={"groups": groups})
+
+
+def _check_route_names(fleet: tuple[Inputs, ...], groups: list[RouteGroup],
+                       names: list[str]) -> None:
+    """Each router names one Dynamo graph (`<deployment>-<router>`): a fleet group named like
+    another group's routing group (an NVLink domain, `shared`, a part) would merge both."""
+    seen: dict[str, int] = {}
+    for g in groups:
+        seen[g.name] = seen.get(g.name, 0) + 1
+    clash = sorted(n for n, k in seen.items() if k > 1)
+    if clash:
+        j = names.index(clash[0]) if clash[0] in names else 0
+        src = fleet[j].sources["hardware"]  # the group's own view of the cluster file
+        pos = src.locate(("spec", "name"))
+        raise CompileError([Diagnostic(
+            "error", "E210", src.file, pos.line, pos.column, f"spec.groups[{j}].name",
+            "a group name that no routing group of another group has (each router is one "
+            "Dynamo graph, named after it)", f"{clash[0]!r}, also a routing group's name",
+            "rename the group (routing groups are named after NVLink domains, nvl<k>, "
+            "`shared`, `all` and their parts `<name>-<k>`)")])
 
 
 def _engines(plans: list[Plan]) -> dict[str, EngineRun]:

@@ -413,3 +413,24 @@ def test_every_groups_kind_of_pod_runs_as_its_security_says(tmp_path):
         set(plan.site.security)
     assert plan.site.pod_security_level == site.pod_security_level(plan.site.security)
     assert any(p.startswith("dynamo/") for p in result.artifacts)
+
+
+def test_a_group_named_like_another_groups_routing_group_is_refused_at_its_name(tmp_path):
+    """Two GB200 racks route by rack (routing groups nvl0, ... or shared); a GB300 group named
+    `nvl0` would share a Dynamo graph (`<deployment>-nvl0`) with the first's rack: E210 at the
+    group's name (bundle review 12: it compiled into node-gpus errors of duplicated
+    components)."""
+    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX.replace(
+        "name: hgx\n      system: hgx-b300\n      nodes: 1",
+        "name: nvl0\n      system: gb300-nvl72\n      racks: 1\n      trays: 4"))
+    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
+           "metadata": {"name": "clash"},
+           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
+                    "workload": {"profile": "fixed"},
+                    "site": {"images": {"router": "vllm-router:0.1.17"}}}}
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+    with pytest.raises(CompileError) as err:
+        api.compile(tmp_path / "deployment.yaml", only=())
+    [d] = err.value.diagnostics
+    assert d.code == "E210" and d.path == "spec.groups[1].name" and "'nvl0'" in d.got
+    assert d.line == NVL72_AND_HGX.splitlines().index("    - name: hgx") + 1
