@@ -1,10 +1,20 @@
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+
+# Property tests draw the same examples on every run ("repeatable": CI, the README's command),
+# so that a run's verdict is the code's, not the draw's; HYPOTHESIS_PROFILE=explore draws new
+# ones each run (with --hypothesis-seed to replay one), which is how new failures are hunted:
+# a failure found so becomes a fixed case of its test.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
