@@ -86,15 +86,16 @@ def _security(plans: list[Plan]) -> dict:
 
 def _routing(fleet: tuple[Inputs, ...], plans: list[Plan], names: list[str]) -> Routing:
     """The fleet's routers: each group's routing groups (compiler.routes) where a group has
-    several, the others one group each, named after it; none listed where no group has
-    several (each group is then one router: `Plan.routes`)."""
+    several, named `<group>-<routing group>`, the others one group each, named after it; none
+    listed where no group has several (each group is then one router: `Plan.routes`)."""
     first = plans[0].routing
     if not any(p.routing.groups for p in plans):
         return first
     groups = []
     for inputs, plan, name in zip(fleet, plans, names, strict=True):
-        if plan.routing.groups:
-            groups += plan.routing.groups
+        if plan.routing.groups:  # named after their group: two groups may both have `all-1`
+            groups += [g.model_copy(update={"name": f"{name}-{g.name}"})
+                       for g in plan.routing.groups]
             continue
         found = routes.of_plan(inputs, plan)[0]
         groups.append(RouteGroup(
@@ -109,7 +110,7 @@ def _routing(fleet: tuple[Inputs, ...], plans: list[Plan], names: list[str]) -> 
 def _check_route_names(fleet: tuple[Inputs, ...], groups: list[RouteGroup],
                        names: list[str]) -> None:
     """Each router names one Dynamo graph (`<deployment>-<router>`): a fleet group named like
-    another group's routing group (an NVLink domain, `shared`, a part) would merge both."""
+    another group's routing group (`<group>-nvl0`, `<group>-shared`, ...) would merge both."""
     seen: dict[str, int] = {}
     for g in groups:
         seen[g.name] = seen.get(g.name, 0) + 1
@@ -122,8 +123,9 @@ def _check_route_names(fleet: tuple[Inputs, ...], groups: list[RouteGroup],
             "error", "E210", src.file, pos.line, pos.column, f"spec.groups[{j}].name",
             "a group name that no routing group of another group has (each router is one "
             "Dynamo graph, named after it)", f"{clash[0]!r}, also a routing group's name",
-            "rename the group (routing groups are named after NVLink domains, nvl<k>, "
-            "`shared`, `all` and their parts `<name>-<k>`)")])
+            "rename the group (a group's routing groups are named `<group>-<routing group>`: "
+            "`<group>-nvl<k>`, `<group>-shared`, `<group>-all` and their parts "
+            "`...-<k>`)")])
 
 
 def _engines(plans: list[Plan]) -> dict[str, EngineRun]:

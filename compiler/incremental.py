@@ -146,6 +146,11 @@ def _where(i: Instance) -> str:
     return f"{i.shape} on {','.join(i.trays)}"
 
 
+def _router(plan: Plan, i: Instance) -> str:
+    route = plan.route_of(i)
+    return "the plan's one router" if route is None else route
+
+
 def changes(a: Plan, b: Plan) -> list[str]:
     """What stops, starts and moves from plan a to plan b: instances, Engram shards, pool
     segments; then the predicted metrics before and after."""
@@ -160,8 +165,8 @@ def changes(a: Plan, b: Plan) -> list[str]:
     # a kept instance whose router changes leaves one Dynamo graph for another: its pods
     # restart under the other graph (compiler/routes.py keeps them where it can)
     regrouped = [(x, y) for x, y in same if a.route_of(x) != b.route_of(y)]
-    out += [f"~ regroup {y.id}: routing group {a.route_of(x)} -> {b.route_of(y)} (its pods "
-            "restart in the other group's graph)" for x, y in regrouped]
+    out += [f"~ regroup {y.id}: routing group {_router(a, x)} -> {_router(b, y)} (its pods "
+            "restart in the other graph)" for x, y in regrouped]
     out.append(f"instances: {len(same)} keep their GPUs, {len(stopped)} stop, "
                f"{len(started)} start, {len(moved)} move"
                + (f", {len(regrouped)} change routing group" if regrouped else ""))

@@ -33,8 +33,9 @@ def predict_pinned(deployment: Path, kernels: str = "vllm"
 def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | None":
     """The plan's `predicted` block for a pinned deployment, as `compile` computes it, and its
     warnings about the layout (W510, W511); None
-    when the deployment is not pinned, its placement needs the solver to be checked, or its
-    prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
+    when the deployment is not pinned, its placement needs the solver to be checked, its
+    instances are more than one Dynamo graph serves (compiler/routes.py deals them into parts
+    by where they run), or its prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
     the engines placed there, so it depends on the placement)."""
     from compiler import routes
 
@@ -54,8 +55,9 @@ def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | No
     if not pre.ok:
         raise CompileError(pre.diagnostics, exit_code=3)
     pins = [(e, parse_shape(e.shape)) for e in r.pins]
-    if sum(shape.gpus * e.count for e, shape in pins) > available:
-        return None
+    if sum(shape.gpus * e.count for e, shape in pins) > available \
+            or sum(e.count for e, _ in pins) > routes.graph_instances(inputs):
+        return None  # more instances than one router's graph: its parts follow the placement
     w = workload(inputs)
     hit = prefix_hit_rate(w, pool_tokens(inputs, []))
     guess = max(1, available // 2)  # as the solver's problem builder guesses it

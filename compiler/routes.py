@@ -126,47 +126,61 @@ def _gpus(keys: Iterable[InstanceKey]) -> dict[str, int]:
     return out
 
 
+EXTRA_PARTS = 2  # parts beyond the fewest that are tried: one more frontend pod each
+
+
 def _deal(order: list, size: Callable[[object], list[InstanceKey]], count: int, most: int,
           roles: set[str], fixed: Mapping[object, int]) -> list[list] | None:
-    """`order` dealt into the fewest parts that each hold at most `most` instances and every
-    one of `roles` (None: no number of parts does), so that the parts serve together as much
-    of the group as they can: a part serves the smallest of its shares of the group's GPUs of
-    each role (its supply of each scales with them). Those of `fixed` stay in their part (a
-    recompile's kept instances keep their graph); the others, largest first, each go to the
-    part whose served share they raise most (ties: the part that lacks most of what they
-    bring, then the first)."""
+    """`order` dealt into parts that each hold at most `most` instances and every one of
+    `roles` (None: no number of parts does), so that the parts serve together as much of the
+    group as they can: a part serves the smallest of its shares of the group's GPUs of each
+    role (its supply of each scales with them). From the fewest parts up to EXTRA_PARTS more,
+    the dealing that serves most, the fewest parts among equals. Those of `fixed` stay in
+    their part (a recompile's kept instances keep their graph); the others, largest first,
+    each go to the part whose served share they raise most (ties: the part that lacks most of
+    what they bring, then the first)."""
     total = _gpus(key for x in order for key in size(x))
-    biggest = sorted(order, key=lambda x: (x not in fixed, -len(size(x))))  # stable
 
     def served(have: dict[str, int]) -> float:
         return min(have.get(r, 0) / total[r] for r in total)
 
     first = max(-(-count // most), max(fixed.values(), default=-1) + 1)
-    for k in range(first, len(order) + 1):
-        dealt: list[list] = [[] for _ in range(k)]
-        held = [0] * k
-        have: list[dict[str, int]] = [{} for _ in range(k)]
-        for x in biggest:
-            brings = _gpus(size(x))
-            room = [j for j in range(k) if held[j] + len(size(x)) <= most]
-            if x in fixed:
-                room = [j for j in room if j == fixed[x]]
-            if not room:
-                break
+    best: tuple[float, list[list]] | None = None
+    for k in range(first, min(len(order), first + EXTRA_PARTS) + 1):
+        dealt = _deal_into(order, size, k, most, fixed, total, served)
+        if dealt is None or any(_roles(key for x in part for key in size(x)) != roles
+                                for part in dealt):
+            continue
+        share = round(sum(served(_gpus(key for x in part for key in size(x)))
+                          for part in dealt), 9)
+        if best is None or share > best[0]:
+            best = (share, dealt)
+    return None if best is None else best[1]
 
-            def gain(j: int) -> tuple[float, float, int]:
-                after = {r: have[j].get(r, 0) + brings.get(r, 0) for r in total}
-                lacks = sum(n * (total[r] / k - have[j].get(r, 0)) for r, n in brings.items())
-                return served(after) - served(have[j]), lacks, -j
-            j = max(room, key=gain)
-            dealt[j].append(x)
-            held[j] += len(size(x))
-            for r, n in brings.items():
-                have[j][r] = have[j].get(r, 0) + n
-        else:
-            if all(_roles(key for x in part for key in size(x)) == roles for part in dealt):
-                return dealt
-    return None
+
+def _deal_into(order: list, size: Callable[[object], list[InstanceKey]], k: int, most: int,
+               fixed: Mapping[object, int], total: dict[str, int],
+               served: Callable[[dict[str, int]], float]) -> list[list] | None:
+    dealt: list[list] = [[] for _ in range(k)]
+    held = [0] * k
+    have: list[dict[str, int]] = [{} for _ in range(k)]
+    for x in sorted(order, key=lambda x: (x not in fixed, -len(size(x)))):  # stable
+        brings = _gpus(size(x))
+        room = [j for j in range(k) if held[j] + len(size(x)) <= most
+                and (x not in fixed or j == fixed[x])]
+        if not room:
+            return None
+
+        def gain(j: int) -> tuple[float, float, int]:
+            after = {r: have[j].get(r, 0) + brings.get(r, 0) for r in total}
+            lacks = sum(n * (total[r] / k - have[j].get(r, 0)) for r, n in brings.items())
+            return served(after) - served(have[j]), lacks, -j
+        j = max(room, key=gain)
+        dealt[j].append(x)
+        held[j] += len(size(x))
+        for r, n in brings.items():
+            have[j][r] = have[j].get(r, 0) + n
+    return dealt
 
 
 def _part_of(name: str, previous: Iterable[str | None]) -> int | None:
@@ -189,7 +203,8 @@ def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int,
     previous = previous or {}
     mine = {u: keys for u, keys in units.items() if u[0] in r.domains}
     count = sum(len(keys) for keys in mine.values())
-    if count <= most:
+    was_split = any(_part_of(r.name, [previous.get(u)]) is not None for u in mine)
+    if count <= most and not was_split:  # a recompile keeps the parts its kept ones were in
         return [r]
     roles = _roles(k for keys in mine.values() for k in keys)
     by_dom: dict[str, list[InstanceKey]] = {}
@@ -207,6 +222,8 @@ def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int,
     trays = sorted(mine, key=lambda u: (sorted(mine[u]), natural(u[0]), natural(u[1])))
     fixed = {u: j for u in trays if (j := _part_of(r.name, [previous.get(u)])) is not None}
     dealt = _deal(trays, mine.__getitem__, count, most, roles, fixed)
+    if dealt is None and fixed:  # the kept parts cannot take what is new: deal afresh
+        dealt = _deal(trays, mine.__getitem__, count, most, roles, {})
     if dealt is None:
         return [r]
     return [Route(f"{r.name}-{j + 1}", tuple(sorted({d for d, _ in part}, key=natural)), r.cross,
@@ -295,6 +312,8 @@ def decision(found: list[Route]) -> "Decision":
             "(compiler/solve/locality.py)" + (
                 "; a group of more instances than one Dynamo graph holds (its components, "
                 "frontend included, at most catalog/engines/dynamo.yaml graph.max_components) "
-                "is dealt by domain into the fewest parts that each hold every role it holds, "
-                "each part its own graph and frontend" if split else ""))
+                "is dealt into parts that each hold every role it holds, by whole domains "
+                "where they can be dealt so, else by tray, as many as serve most of the "
+                "group (each part its own graph and frontend; a recompile keeps the kept "
+                "instances in their part)" if split else ""))
 

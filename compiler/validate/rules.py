@@ -661,10 +661,12 @@ def graph_components(ctx: Context) -> list[Finding]:
                                    f"DynamoGraphDeployment/{name} spec.components",
                                    f"at most {most.value} components ({most.source})",
                                    f"{len(components)}",
-                                   "serve fewer, larger instances per routing group: one "
-                                   "component is one instance, and a group that spans one "
-                                   "NVLink domain is not split into graphs "
-                                   "(compiler/routes.py)"))
+                                   "one component is one instance; a routing group of more "
+                                   "is dealt into graphs only where every part can hold each "
+                                   "role it serves, by whole NVLink domains or by tray "
+                                   "(compiler/routes.py): serve fewer, larger instances (a "
+                                   "role with fewer instances, or trays, than the parts "
+                                   "needed leaves the group whole)"))
     return out
 
 

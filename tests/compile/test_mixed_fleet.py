@@ -416,13 +416,13 @@ def test_every_groups_kind_of_pod_runs_as_its_security_says(tmp_path):
 
 
 def test_a_group_named_like_another_groups_routing_group_is_refused_at_its_name(tmp_path):
-    """Two GB200 racks route by rack (routing groups nvl0, ... or shared); a GB300 group named
-    `nvl0` would share a Dynamo graph (`<deployment>-nvl0`) with the first's rack: E210 at the
-    group's name (bundle review 12: it compiled into node-gpus errors of duplicated
-    components)."""
+    """Four GB200 racks route by rack (routing groups gba-nvl0, ..., gba-shared); a GB300
+    group named `gba-nvl0` would share a Dynamo graph (`<deployment>-gba-nvl0`) with the first
+    group's rack: E210 at the group's name (bundle review 12: a group named `nvl0` compiled
+    into node-gpus errors of duplicated components)."""
     (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX.replace(
         "name: hgx\n      system: hgx-b300\n      nodes: 1",
-        "name: nvl0\n      system: gb300-nvl72\n      racks: 1\n      trays: 4"))
+        "name: gba-nvl0\n      system: gb300-nvl72\n      racks: 1\n      trays: 4"))
     dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
            "metadata": {"name": "clash"},
            "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
@@ -432,5 +432,27 @@ def test_a_group_named_like_another_groups_routing_group_is_refused_at_its_name(
     with pytest.raises(CompileError) as err:
         api.compile(tmp_path / "deployment.yaml", only=())
     [d] = err.value.diagnostics
-    assert d.code == "E210" and d.path == "spec.groups[1].name" and "'nvl0'" in d.got
+    assert d.code == "E210" and d.path == "spec.groups[1].name" and "'gba-nvl0'" in d.got
     assert d.line == NVL72_AND_HGX.splitlines().index("    - name: hgx") + 1
+
+
+def test_two_groups_each_split_to_fit_dynamos_graphs_keep_apart(tmp_path):
+    """Two one-rack GB300 groups of Qwen3-30B-A3B: each group's instances are more than one
+    Dynamo graph holds, so each is dealt into parts, named after its group (both were
+    `all-1`, `all-2`, refused as a name clash: bundle review 13)."""
+    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX.replace(
+        "name: gba\n      system: gb200-nvl72\n      racks: 4\n      trays: 4",
+        "name: gba\n      system: gb300-nvl72\n      racks: 1").replace(
+        "name: hgx\n      system: hgx-b300\n      nodes: 1",
+        "name: gbb\n      system: gb300-nvl72\n      racks: 1"))
+    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
+           "metadata": {"name": "two"},
+           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
+                    "workload": {"profile": "fixed"}}}
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+    result = api.compile(tmp_path / "deployment.yaml")
+    names = [g.name for g in result.plan.routing.groups]
+    assert len(names) == len(set(names)) >= 4
+    assert {n.split("-")[0] for n in names} == {"gba", "gbb"}
+    graphs = [d for d in yaml.safe_load_all(result.artifacts["dynamo/dgd.yaml"])]
+    assert sorted(g["metadata"]["name"] for g in graphs) == sorted(f"two-{n}" for n in names)

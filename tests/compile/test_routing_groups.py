@@ -139,10 +139,35 @@ def test_a_recompile_keeps_each_kept_instance_in_its_graph(tmp_path: Path):
     path = _case(tmp_path, 8)
     old = api.compile(path, only=()).plan
     assert any(g.name == "shared-2" for g in old.routing.groups)
-    new = api.compile(path, only=(), base=old, unavailable="r5-t03").plan
-    kept = {i.id for i in old.instances} & {i.id for i in new.instances}
-    assert kept
-    by_id = {i.id: i for i in new.instances}
-    assert all(old.route_of(i) == new.route_of(by_id[i.id]) for i in old.instances
-               if i.id in kept)
-    assert not [line for line in incremental.changes(old, new) if "regroup" in line]
+    # r5-t03: a decode rack's tray; r0-t00: the prefill tray, after which the shared group
+    # holds 24 instances, few enough for one graph, yet its parts stay (bundle review 13: 22
+    # kept instances changed graph)
+    for down in ("r5-t03", "r0-t00"):
+        new = api.compile(path, only=(), base=old, unavailable=down).plan
+        kept = {i.id for i in old.instances} & {i.id for i in new.instances}
+        assert kept
+        by_id = {i.id: i for i in new.instances}
+        assert all(old.route_of(i) == new.route_of(by_id[i.id]) for i in old.instances
+                   if i.id in kept), down
+        assert not [line for line in incremental.changes(old, new) if "regroup" in line]
+
+
+def test_a_split_takes_as_many_parts_as_serve_most(tmp_path: Path):
+    """One GB300 rack of Qwen3-30B-A3B: 42 instances, 12 prefill on three trays. Two parts (the
+    fewest) cannot each get a like share of the prefill trays and served 11% less than the
+    group; three serve all of it (bundle review 13)."""
+    plan = api.compile(write_case(tmp_path, system="gb300-nvl72"), only=()).plan
+    assert [g.name for g in plan.routing.groups] == ["all-1", "all-2", "all-3"]
+    assert plan.goodput == pytest.approx(plan.solver.objective, rel=1e-6)
+
+
+def test_a_pinned_layout_of_more_instances_than_a_graph_is_predicted_as_compiled(tmp_path):
+    """`rackc predict` of a pinned layout that compile deals into parts gives compile's
+    figures (it used to price the layout as one router: 654 against 608 requests/s)."""
+    from compiler.pinned import predict_loaded
+    from compiler.load import load_inputs
+
+    pins = {"mode": "pinned", "instances": [{"role": "prefill", "shape": "TP4", "count": 3},
+                                            {"role": "decode", "shape": "TP1", "count": 40}]}
+    path = write_case(tmp_path, objective=pins)
+    assert predict_loaded(load_inputs(path)) is None  # placed by compile first

@@ -83,3 +83,20 @@ def test_parts_keep_what_the_group_serves_where_a_role_is_on_few_domains():
     assert _served(split, units) >= 0.85
     with_eight = next(p for p in split if "nvl1" in p.domains)
     assert len(members(with_eight, units)) == 24  # nvl1 and four decode nodes
+
+
+def test_a_recompile_keeps_the_parts_and_deals_afresh_only_when_they_cannot_hold_it():
+    """Kept instances stay in their part, also once the group would fit one graph; where the
+    kept part cannot take what a tray holds now, the group is dealt afresh rather than left
+    whole (which no graph could hold)."""
+    p, d = ("prefill", "TP1", 64, 16384), ("decode", "TP1", 64, 0)
+    layout = {"nvl0": [[p] * 4, [d] * 4, [d] * 4], "nvl1": [[p] * 4, [d] * 4, [d] * 4]}
+    units = _units(layout)
+    previous = {u: "all-1" if u[0] == "nvl0" else "all-2" for u in units}
+    kept = parts(Route("all", ("nvl0", "nvl1"), 1.0), units, 24, previous)
+    assert [(r.name, r.domains) for r in kept] == [("all-1", ("nvl0",)), ("all-2", ("nvl1",))]
+    grown = _units({"nvl0": [[p] * 4, [d] * 4, [d] * 4] + [[d] * 4] * 4,
+                    "nvl1": [[p] * 4, [d] * 4, [d] * 4]})
+    previous = {u: "all-1" for u in grown if u[0] == "nvl0"}  # 28 would stay in all-1
+    split = parts(Route("all", ("nvl0", "nvl1"), 1.0), grown, 24, previous)
+    assert len(split) >= 2 and all(len(members(r, grown)) <= 24 for r in split)
