@@ -393,18 +393,23 @@ spec:
 """
 
 
+def _fleet_case(root: Path, cluster: str, name: str, router: bool = True) -> Path:
+    """A Cluster and a Deployment of Qwen3-30B-A3B on it (the vllm-router image set)."""
+    (root / "cluster.yaml").write_text(cluster)
+    site = {"site": {"images": {"router": "vllm-router:0.1.17"}}} if router else {}
+    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
+           "metadata": {"name": name},
+           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
+                    "workload": {"profile": "fixed"}, **site}}
+    (root / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+    return root / "deployment.yaml"
+
+
 def test_every_groups_kind_of_pod_runs_as_its_security_says(tmp_path):
     """GB200 racks whose engines register KV memory with their NICs beside an HGX node whose
     engines do not: the fleet's site lists both kinds (the HGX pods' securityContext was a
     KeyError, exit 70), and the namespace's level admits them all."""
-    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX)
-    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
-           "metadata": {"name": "small"},
-           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
-                    "workload": {"profile": "fixed"},
-                    "site": {"images": {"router": "vllm-router:0.1.17"}}}}
-    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
-    result = api.compile(tmp_path / "deployment.yaml")
+    result = api.compile(_fleet_case(tmp_path, NVL72_AND_HGX, "small"))
     plan = result.plan
     registers = {g: {p.resources.registers_memory for p in plan.site.pods
                      if plan.instance(p.instance).group == g} for g in ("gba", "hgx")}
@@ -420,17 +425,11 @@ def test_a_group_named_like_another_groups_routing_group_is_refused_at_its_name(
     group named `gba-nvl0` would share a Dynamo graph (`<deployment>-gba-nvl0`) with the first
     group's rack: E210 at the group's name (bundle review 12: a group named `nvl0` compiled
     into node-gpus errors of duplicated components)."""
-    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX.replace(
+    cluster = NVL72_AND_HGX.replace(
         "name: hgx\n      system: hgx-b300\n      nodes: 1",
-        "name: gba-nvl0\n      system: gb300-nvl72\n      racks: 1\n      trays: 4"))
-    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
-           "metadata": {"name": "clash"},
-           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
-                    "workload": {"profile": "fixed"},
-                    "site": {"images": {"router": "vllm-router:0.1.17"}}}}
-    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+        "name: gba-nvl0\n      system: gb300-nvl72\n      racks: 1\n      trays: 4")
     with pytest.raises(CompileError) as err:
-        api.compile(tmp_path / "deployment.yaml", only=())
+        api.compile(_fleet_case(tmp_path, cluster, "clash"), only=())
     [d] = err.value.diagnostics
     assert d.code == "E210" and d.path == "spec.groups[1].name" and "'gba-nvl0'" in d.got
     assert d.line == NVL72_AND_HGX.splitlines().index("    - name: hgx") + 1
@@ -440,17 +439,12 @@ def test_two_groups_each_split_to_fit_dynamos_graphs_keep_apart(tmp_path):
     """Two one-rack GB300 groups of Qwen3-30B-A3B: each group's instances are more than one
     Dynamo graph holds, so each is dealt into parts, named after its group (both were
     `all-1`, `all-2`, refused as a name clash: bundle review 13)."""
-    (tmp_path / "cluster.yaml").write_text(NVL72_AND_HGX.replace(
+    cluster = NVL72_AND_HGX.replace(
         "name: gba\n      system: gb200-nvl72\n      racks: 4\n      trays: 4",
         "name: gba\n      system: gb300-nvl72\n      racks: 1").replace(
         "name: hgx\n      system: hgx-b300\n      nodes: 1",
-        "name: gbb\n      system: gb300-nvl72\n      racks: 1"))
-    dep = {"apiVersion": "rackc.dev/v1alpha1", "kind": "Deployment",
-           "metadata": {"name": "two"},
-           "spec": {"rack": "cluster.yaml", "model": "qwen3-30b-a3b",
-                    "workload": {"profile": "fixed"}}}
-    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
-    result = api.compile(tmp_path / "deployment.yaml")
+        "name: gbb\n      system: gb300-nvl72\n      racks: 1")
+    result = api.compile(_fleet_case(tmp_path, cluster, "two", router=False))
     names = [g.name for g in result.plan.routing.groups]
     assert len(names) == len(set(names)) >= 4
     assert {n.split("-")[0] for n in names} == {"gba", "gbb"}
