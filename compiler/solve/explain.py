@@ -32,7 +32,11 @@ def infeasible(p: Problem, keys: list[str], phase: str, shrunk: bool = True) -> 
     texts = [p.requirements[k].text for k in keys]
     conflict = ("these requirements conflict (a sufficient set, shrunk by deletion)" if shrunk
                 else "these requirements conflict together (not minimised: some may not take part)")
-    reachable = _reachable(p, keys)
+    reachable = _reachable(p, list(p.requirements))
+    # every SLO the deployment states, also one the shrunk set left out (either alone may
+    # conflict): what the user may ask of each
+    beside = "".join(f"; {p.requirements[k].text} is not in the set: {text[2:]}"
+                     for k, text in reachable.items() if k not in keys)
     out = []
     for k in keys:
         r = p.requirements[k]
@@ -43,8 +47,7 @@ def infeasible(p: Problem, keys: list[str], phase: str, shrunk: bool = True) -> 
         out.append(Diagnostic(
             "error", "E501", src.file, pos.line, pos.column, format_path(r.path),
             "requirements that can hold together", got,
-            conflict + "; relax one"
-            + reachable.get(k, "")))
+            conflict + "; relax one" + reachable.get(k, "") + beside))
     return CompileError(out, exit_code=3)
 
 
