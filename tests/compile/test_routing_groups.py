@@ -171,3 +171,26 @@ def test_a_pinned_layout_of_more_instances_than_a_graph_is_predicted_as_compiled
                                             {"role": "decode", "shape": "TP1", "count": 40}]}
     path = write_case(tmp_path, objective=pins)
     assert predict_loaded(load_inputs(path)) is None  # placed by compile first
+
+
+def test_compile_prints_the_goodput_the_report_states(tmp_path: Path, capsys):
+    """One figure called goodput: the CLI's summary line and the report's headline (both
+    Plan.goodput). The DeepSeek-V3 example at 60 tokens/s per user: the count model's 4.53
+    requests/s against the operating point's 4.529, printed one on each before (issue 17's
+    verifier)."""
+    import shutil
+
+    from compiler.cli import main
+
+    folder = tmp_path / "ex"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "hgx-h200-deepseek-v3",
+                    folder)
+    dep = yaml.safe_load((folder / "deployment.yaml").read_text())
+    dep["spec"]["slo"] = {"tokens_per_s_per_user_p90": 60}
+    (folder / "deployment.yaml").write_text(yaml.safe_dump(dep, sort_keys=False))
+    out = tmp_path / "out"
+    assert main(["compile", str(folder / "deployment.yaml"), "-o", str(out)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("compiled"))
+    headline = (out / "report" / "performance.md").read_text().splitlines()[2]
+    figure = line.split("goodput ")[1].split()[0]
+    assert f"goodput {figure} requests/s" in headline
