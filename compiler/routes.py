@@ -23,11 +23,11 @@ where its router serves one domain, and the rule is:
 
 A router's group is one Dynamo graph, which holds at most `graph.max_components` components
 (catalog/engines/dynamo.yaml), its frontend and one per instance: a group of more instances is
-dealt into the fewest parts that each hold at most that many and every role the group holds
-(`parts`), each served by its own frontend: whole NVLink domains where they can be dealt so,
-else trays (a part's hand-offs cross domains as its group's do); domains or trays of one
-content go round the parts in turn, so the parts are alike. A group no dealing can split (one
-tray too full, one role on too few trays) stays whole, and `rackc validate`'s
+dealt into parts that each hold at most that many and every role the group holds (`parts`),
+each served by its own frontend: whole NVLink domains where they can be dealt so, else trays
+(a part's hand-offs cross domains as its group's do), as many parts as serve most of the group
+together (`_deal`); a recompile's kept instances stay in their part. A group no dealing can
+split (one tray too full, one role on too few trays) stays whole, and `rackc validate`'s
 graph-components (E842) refuses its graph.
 
 The count model chooses rack patterns by this rule (compiler/solve/locality.py), lower records
@@ -195,9 +195,9 @@ def _part_of(name: str, previous: Iterable[str | None]) -> int | None:
 
 def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int,
           previous: Mapping[Unit, str] | None = None) -> list[Route]:
-    """`r` as the fewest groups that each hold at most `most` instances and every role `r`
-    holds, named `<name>-<k>`: of whole domains where they can be dealt so, else of trays;
-    `r` itself where it fits or cannot be split. Alike domains (trays) are next to each other
+    """`r` as groups that each hold at most `most` instances and every role `r` holds, named
+    `<name>-<k>` (how many: `_deal`): of whole domains where they can be dealt so, else of
+    trays; `r` itself where it fits (and was not split before) or cannot be split. Alike domains (trays) are next to each other
     in the order dealt, so that like parts get like ones. `previous`: the part that served a
     tray's kept instances in the plan being recompiled, where they stay."""
     previous = previous or {}
