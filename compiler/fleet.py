@@ -10,6 +10,8 @@ groups, so the groups must agree on the block size and the KV cache dtype; each 
 by its own routers (its routing groups, compiler.routes: `Plan.routes`).
 """
 
+from collections import Counter
+
 from compiler import routes, site
 from compiler.ids import natural
 from compiler.load import Inputs
@@ -111,10 +113,7 @@ def _check_route_names(fleet: tuple[Inputs, ...], groups: list[RouteGroup],
                        names: list[str]) -> None:
     """Each router names one Dynamo graph (`<deployment>-<router>`): a fleet group named like
     another group's routing group (`<group>-nvl0`, `<group>-shared`, ...) would merge both."""
-    seen: dict[str, int] = {}
-    for g in groups:
-        seen[g.name] = seen.get(g.name, 0) + 1
-    clash = sorted(n for n, k in seen.items() if k > 1)
+    clash = sorted(n for n, k in Counter(g.name for g in groups).items() if k > 1)
     if clash:
         j = names.index(clash[0]) if clash[0] in names else 0
         src = fleet[j].sources["hardware"]  # the group's own view of the cluster file

@@ -32,11 +32,11 @@ def predict_pinned(deployment: Path, kernels: str = "vllm"
 
 def predict_loaded(inputs: "Inputs") -> "tuple[Predicted, list[Diagnostic]] | None":
     """The plan's `predicted` block for a pinned deployment, as `compile` computes it, and its
-    warnings about the layout (W510, W511); None
-    when the deployment is not pinned, its placement needs the solver to be checked, its
-    instances are more than one Dynamo graph serves (compiler/routes.py deals them into parts
-    by where they run), or its prefix pool is the DRAM store (each tray's segment is what the host budget leaves beside
-    the engines placed there, so it depends on the placement)."""
+    warnings about the layout (W510, W511); None when the deployment is not pinned, its
+    placement needs the solver to be checked, its instances are more than one Dynamo graph
+    serves (compiler/routes.py deals them into parts by where they run), or its prefix pool
+    is the DRAM store (each tray's segment is what the host budget leaves beside the engines
+    placed there, so it depends on the placement)."""
     from compiler import routes
 
     r = inputs.resolved

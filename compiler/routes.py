@@ -197,9 +197,10 @@ def parts(r: Route, units: Mapping[Unit, list[InstanceKey]], most: int,
           previous: Mapping[Unit, str] | None = None) -> list[Route]:
     """`r` as groups that each hold at most `most` instances and every role `r` holds, named
     `<name>-<k>` (how many: `_deal`): of whole domains where they can be dealt so, else of
-    trays; `r` itself where it fits (and was not split before) or cannot be split. Alike domains (trays) are next to each other
-    in the order dealt, so that like parts get like ones. `previous`: the part that served a
-    tray's kept instances in the plan being recompiled, where they stay."""
+    trays; `r` itself where it fits (and was not split before) or cannot be split. Alike
+    domains (trays) are next to each other in the order dealt, so that like parts get like
+    ones. `previous`: the part that served a tray's kept instances in the plan being
+    recompiled, where they stay."""
     previous = previous or {}
     mine = {u: keys for u, keys in units.items() if u[0] in r.domains}
     count = sum(len(keys) for keys in mine.values())

@@ -103,7 +103,8 @@ def _facts(node, path=""):
             yield from _facts(value, f"{path}[{i}]")
 
 
-ENGINE_SOURCE_FILES = __import__("re").compile(r"([\w./]+\.(?:py|cpp|so|go|rs)|\.dist-info/METADATA)")
+ENGINE_SOURCE_FILES = __import__("re").compile(
+    r"([\w./]+\.(?:py|cpp|so|go|rs)|\.dist-info/METADATA)")
 
 
 @pytest.mark.parametrize("name", catalog.ENGINE_FILES)
